@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Make a PostgreSQL + PostGIS server available and write .local/env.sh, which the Makefile sources.
+#
+# - SURVEILLANCE_DATABASE_URL set and reaching a server with PostGIS: use it (Dagster's storage goes to a
+#   `dagster` database on the same server when it exists or can be created, else into the same database).
+# - Otherwise, on Debian/Ubuntu as root: install PostgreSQL and Debian's PostGIS if missing, start the
+#   cluster, create role `surveillance` (password generated once, kept in .local/, mode 600), the
+#   `surveillance` database with the postgis extension, and the `dagster` database.
+# - Anything else: stop, saying what to install.
+# Idempotent: running it twice, or with the server already up, changes nothing.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+local_dir="$root/.local"
+env_file="$local_dir/env.sh"
+python="${PYTHON:-$root/.venv/bin/python}"
+mkdir -p "$local_dir"
+chmod 700 "$local_dir"
+
+say() { printf 'provision: %s\n' "$*" >&2; }
+
+write_env() {  # url, dagster_db
+  "$python" - "$1" "$2" "$env_file" <<'PY'
+import shlex, sys
+from urllib.parse import unquote, urlsplit
+url, dagster_db, env_file = sys.argv[1:]
+parts = urlsplit(url)
+values = {
+    "SURVEILLANCE_DATABASE_URL": url,
+    "DAGSTER_PG_USERNAME": unquote(parts.username or ""),
+    "DAGSTER_PG_PASSWORD": unquote(parts.password or ""),
+    "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
+    "DAGSTER_PG_PORT": str(parts.port or 5432),
+    "DAGSTER_PG_DB": dagster_db,
+}
+with open(env_file, "w") as handle:
+    handle.write("# Written by scripts/provision_postgis.sh; holds a password, never commit it.\n")
+    for name, value in values.items():
+        handle.write(f"export {name}={shlex.quote(value)}\n")
+PY
+  chmod 600 "$env_file"
+}
+
+# Prints the name of the database Dagster should use on the server at $1, creating `dagster` if allowed.
+probe() {
+  "$python" - "$1" <<'PY'
+import sys
+import psycopg
+from psycopg import sql
+url = sys.argv[1]
+with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+    conn.execute("SELECT postgis_full_version()")
+    if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'dagster'").fetchone() is None:
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier("dagster")))
+        except psycopg.Error:
+            print(conn.info.dbname)  # no right to create one: share the warehouse database
+            raise SystemExit(0)
+    print("dagster")
+PY
+}
+
+if [ -n "${SURVEILLANCE_DATABASE_URL:-}" ]; then
+  if dagster_db=$(probe "$SURVEILLANCE_DATABASE_URL" 2>/dev/null); then
+    write_env "$SURVEILLANCE_DATABASE_URL" "$dagster_db"
+    say "using the PostGIS server in SURVEILLANCE_DATABASE_URL (Dagster storage: database $dagster_db)"
+    exit 0
+  fi
+  say "SURVEILLANCE_DATABASE_URL is set but does not reach a server with PostGIS; trying a local cluster"
+fi
+
+if [ ! -f /etc/debian_version ] || [ "$(id -u)" != 0 ]; then
+  say "no PostGIS server reachable. Install PostgreSQL 15+ with PostGIS 3 (Debian/Ubuntu as root: this"
+  say "script does it), or set SURVEILLANCE_DATABASE_URL=postgresql://user:password@host:port/db to a"
+  say "database where 'CREATE EXTENSION postgis' has been run."
+  exit 1
+fi
+
+if ! command -v pg_lsclusters >/dev/null 2>&1; then
+  say "installing PostgreSQL"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+fi
+major=$(ls /usr/lib/postgresql | sort -n | tail -1)
+if [ ! -f "/usr/share/postgresql/$major/extension/postgis.control" ]; then
+  say "installing PostGIS for PostgreSQL $major"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "postgresql-$major-postgis-3" >/dev/null
+fi
+if ! pg_lsclusters -h | awk -v m="$major" '$1 == m && $2 == "main"' | grep -q .; then
+  pg_createcluster "$major" main >/dev/null
+fi
+if ! pg_lsclusters -h | awk -v m="$major" '$1 == m && $2 == "main" && $4 == "online"' | grep -q .; then
+  say "starting PostgreSQL $major/main"
+  pg_ctlcluster "$major" main start
+fi
+port=$(pg_lsclusters -h | awk -v m="$major" '$1 == m && $2 == "main" {print $3}')
+
+password_file="$local_dir/db-password"
+if [ ! -s "$password_file" ]; then
+  (umask 077 && "$python" -c "import secrets; print(secrets.token_urlsafe(24))" > "$password_file")
+fi
+password=$(cat "$password_file")
+
+as_postgres() { (cd / && runuser -u postgres -- psql -q -X -v ON_ERROR_STOP=1 -p "$port" "$@"); }
+# The password travels as a psql variable (:'password' quotes it), never pasted into SQL text.
+as_postgres -v password="$password" <<'SQL'
+SELECT format('CREATE ROLE surveillance LOGIN CREATEDB PASSWORD %L', :'password')
+WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'surveillance') \gexec
+SELECT format('ALTER ROLE surveillance PASSWORD %L', :'password') \gexec
+SELECT 'CREATE DATABASE surveillance OWNER surveillance'
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'surveillance') \gexec
+SELECT 'CREATE DATABASE dagster OWNER surveillance'
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'dagster') \gexec
+SQL
+# PostGIS in template1 too, so databases the tests create get it without superuser rights.
+for database in surveillance template1; do
+  as_postgres -d "$database" -c "CREATE EXTENSION IF NOT EXISTS postgis"
+done
+
+write_env "postgresql://surveillance:$password@127.0.0.1:$port/surveillance" dagster
+say "PostgreSQL $major with PostGIS ready on 127.0.0.1:$port (databases surveillance, dagster)"

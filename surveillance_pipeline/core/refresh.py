@@ -1,0 +1,161 @@
+"""The refresh transaction: the target holds snapshot X, and its state row says so.
+
+One transaction per (job, partition): a transaction-scoped advisory lock, the state row read FOR UPDATE,
+then either a skip (equal key) or a full replace of the partition's rows plus the new state row. The state
+row therefore changes only with the rows it describes; a crash anywhere before COMMIT leaves both as
+they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
+from surveillance_pipeline.core.sql_files import load_sql
+
+CORE = "surveillance_pipeline.core"
+
+LOADED = "loaded"
+SKIPPED = "skipped"
+NOTHING_CHANGED = "nothing changed"
+
+
+@dataclass(frozen=True)
+class TargetSchema:
+    """A table whose DDL is versioned: a new version drops and rebuilds it, in the load's transaction."""
+
+    table: str
+    version: int
+    # Builds the CREATE statements for this version; receives the table identifier.
+    create: Callable[[sql.Identifier], sql.Composed]
+
+
+@dataclass(frozen=True)
+class RefreshOutcome:
+    action: str
+    reason: str
+    job_key: str
+    parts: dict[str, Any]
+    rows: int
+    previous_key: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loaded(self) -> bool:
+        return self.action == LOADED
+
+
+def ensure_state_tables(conn: psycopg.Connection) -> None:
+    """Create job_state, provenance and target_schema if missing (idempotent)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("state-tables")])
+        conn.execute(load_sql(CORE, "create_state_tables"))
+
+
+def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: str) -> bool:
+    """Build the target table at its current DDL version; True when it was (re)built.
+
+    Must run inside the caller's transaction so a rebuild commits with the first load into it. A
+    rebuilt table is empty, so the job's state rows are deleted with it: no state row may describe
+    rows that are gone.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("schema", target.table)])
+    row = conn.execute(
+        "SELECT version FROM target_schema WHERE target = %s FOR UPDATE", [target.table]
+    ).fetchone()
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [target.table]).fetchone()
+    if row is not None and row[0] == target.version and exists and exists[0]:
+        return False
+    table = sql.Identifier(target.table)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(table))
+    conn.execute(target.create(table))
+    conn.execute("DELETE FROM job_state WHERE job = %s", [job])
+    conn.execute(
+        "INSERT INTO target_schema (target, version) VALUES (%s, %s) "
+        "ON CONFLICT (target) DO UPDATE SET version = EXCLUDED.version, built_at = now()",
+        [target.table, target.version],
+    )
+    return True
+
+
+def refresh_partition(
+    conn: psycopg.Connection,
+    *,
+    job: str,
+    partition_key: str,
+    parts: JobKeyParts,
+    replace_rows: Callable[[psycopg.Connection], int],
+    run_id: str,
+    target: TargetSchema | None = None,
+    before_commit: Callable[[psycopg.Connection, int], None] | None = None,
+) -> RefreshOutcome:
+    """Make the target hold the snapshot named by ``parts``, or skip if it already does.
+
+    ``replace_rows`` deletes the partition's rows and writes the new ones, returning the row count; it
+    runs only when the key differs. ``before_commit`` may check what must hold before the commit (and
+    raise to roll everything back).
+    """
+    job_key = parts.key
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(job, partition_key)])
+        if target is not None:
+            ensure_target_schema(conn, target, job)
+        state = conn.execute(
+            load_sql(CORE, "select_job_state_for_update"), {"job": job, "partition_key": partition_key}
+        ).fetchone()
+        previous_key, previous_parts, previous_rows = state if state else (None, None, 0)
+
+        if previous_key == job_key:
+            outcome = RefreshOutcome(
+                SKIPPED, NOTHING_CHANGED, job_key, parts.as_dict(), previous_rows, previous_key
+            )
+        else:
+            if previous_parts is None:
+                # No state row: a first load, or a table rebuilt for a new schema. History tells which.
+                previous_parts = last_loaded_parts(conn, job, partition_key)
+            reason = describe_change(previous_parts, parts)
+            rows = replace_rows(conn)
+            if before_commit is not None:
+                before_commit(conn, rows)
+            conn.execute(
+                load_sql(CORE, "upsert_job_state"),
+                {
+                    "job": job,
+                    "partition_key": partition_key,
+                    "job_key": job_key,
+                    "parts": Jsonb(parts.as_dict()),
+                    "rows": rows,
+                },
+            )
+            outcome = RefreshOutcome(LOADED, reason, job_key, parts.as_dict(), rows, previous_key)
+        record_provenance(conn, run_id=run_id, asset=job, partition_key=partition_key, outcome=outcome)
+    return outcome
+
+
+def last_loaded_parts(conn: psycopg.Connection, job: str, partition_key: str) -> dict[str, Any] | None:
+    row = conn.execute(load_sql(CORE, "select_last_loaded_parts"), [job, partition_key]).fetchone()
+    return row[0] if row else None
+
+
+def record_provenance(
+    conn: psycopg.Connection, *, run_id: str, asset: str, partition_key: str, outcome: RefreshOutcome
+) -> None:
+    conn.execute(
+        load_sql(CORE, "insert_provenance"),
+        {
+            "run_id": run_id,
+            "asset": asset,
+            "partition_key": partition_key,
+            "action": outcome.action,
+            "reason": outcome.reason,
+            "job_key": outcome.job_key,
+            "parts": Jsonb(outcome.parts),
+            "rows": outcome.rows,
+        },
+    )

@@ -1,0 +1,1 @@
+"""GBIF: the species registry, the client interface with its lab implementation, raw snapshots."""

@@ -1,0 +1,32 @@
+"""The GBIF client interface that ingest talks to, and the paging loop every client shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+# GBIF's occurrence search serves at most 300 records a page.
+PAGE_LIMIT = 300
+
+
+class GbifClient(Protocol):
+    """What ingest needs from GBIF: one page of occurrence search at a time."""
+
+    source: str
+
+    def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
+        """One occurrence-search page: ``offset``, ``limit``, ``endOfRecords``, ``count``, ``results``."""
+        ...
+
+
+def fetch_all_occurrences(client: GbifClient, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Page through an occurrence search until GBIF says ``endOfRecords``."""
+    records: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = client.search_occurrences(params, offset=offset, limit=PAGE_LIMIT)
+        results = page.get("results") or []
+        records.extend(results)
+        if page.get("endOfRecords", True) or not results:
+            return records
+        offset += len(results)

@@ -1,0 +1,158 @@
+"""The lab GBIF source: occurrence-search pages for the registry's species, the same bytes everywhere.
+
+Every value is drawn from sha256 over ``lab|<slug>|<record>|<field>|<attempt>``: no ``random``, no ``hash()``,
+so the pages are identical on every machine and Python. Records come back in generation order (not by key),
+as GBIF's own order is not ours to rely on; ingest sorts them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from surveillance_pipeline.gbif.registry import Species, load_registry
+
+LAB_SOURCE = "lab"
+
+LICENSE_URIS = (
+    # weight, URI as GBIF serves it
+    (2, "http://creativecommons.org/licenses/by/4.0/legalcode"),
+    (1, "http://creativecommons.org/publicdomain/zero/1.0/legalcode"),
+    (1, "http://creativecommons.org/licenses/by-nc/4.0/legalcode"),
+)
+BASIS_OF_RECORD = (
+    (8, "HUMAN_OBSERVATION"),
+    (1, "PRESERVED_SPECIMEN"),
+    (1, "MACHINE_OBSERVATION"),
+)
+# Tasmania and the Bass Strait islands, in micro-degrees.
+LATITUDE_RANGE = (-43_600_000, -39_600_000)
+LONGITUDE_RANGE = (144_500_000, 148_500_000)
+YEARS = (1950, 2025)
+MISSING_YEAR_PER_MILLE = 60
+MISSING_COORDINATES_PER_MILLE = 50
+DATASETS = 6
+
+
+def _draw(*parts: object) -> int:
+    """A 64-bit unsigned integer determined only by ``parts``."""
+    text = "|".join(str(p) for p in ("lab", *parts))
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def _pick(weighted: tuple[tuple[int, str], ...], value: int) -> str:
+    total = sum(weight for weight, _ in weighted)
+    point = value % total
+    for weight, item in weighted:
+        if point < weight:
+            return item
+        point -= weight
+    raise AssertionError("unreachable")
+
+
+def _dataset_key(index: int) -> str:
+    digest = hashlib.sha256(f"lab|dataset|{index}".encode()).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
+
+
+def _gbif_ids(species: Species) -> list[int]:
+    """Distinct 10-digit gbifIDs in a band of their own per species, so no two species share one."""
+    base = 1_000_000_000 + species.species_id * 40_000_000
+    seen: set[int] = set()
+    ids: list[int] = []
+    for index in range(species.lab_records):
+        attempt = 0
+        while True:
+            candidate = base + _draw(species.slug, index, "key", attempt) % 40_000_000
+            if candidate not in seen:
+                break
+            attempt += 1
+        seen.add(candidate)
+        ids.append(candidate)
+    return ids
+
+
+def _record(species: Species, index: int, key: int) -> dict[str, Any]:
+    def draw(field: str) -> int:
+        return _draw(species.slug, index, field)
+
+    genus, _, epithet = species.scientific_name.partition(" ")
+    record: dict[str, Any] = {
+        "basisOfRecord": _pick(BASIS_OF_RECORD, draw("basis")),
+        "countryCode": species.country,
+        "country": "Australia",
+        "datasetKey": _dataset_key(draw("dataset") % DATASETS),
+        "gbifID": str(key),
+        "genus": genus,
+        "issues": [],
+        "key": key,
+        "kingdom": species.kingdom,
+        "license": _pick(LICENSE_URIS, draw("license")),
+        "occurrenceStatus": "PRESENT",
+        "scientificName": species.scientific_name,
+        "species": species.scientific_name,
+        "specificEpithet": epithet,
+        "stateProvince": species.state_province,
+        "taxonRank": "SPECIES",
+    }
+    if species.taxon_key is not None:
+        # The lab knows only the keys the registry knows; it never invents a GBIF key.
+        record.update(
+            taxonKey=species.taxon_key, speciesKey=species.taxon_key, acceptedTaxonKey=species.taxon_key
+        )
+    if draw("year-missing") % 1000 >= MISSING_YEAR_PER_MILLE:
+        year = YEARS[0] + draw("year") % (YEARS[1] - YEARS[0] + 1)
+        month = 1 + draw("month") % 12
+        day = 1 + draw("day") % 28
+        record.update(year=year, month=month, day=day, eventDate=f"{year:04d}-{month:02d}-{day:02d}")
+    if draw("coordinates-missing") % 1000 >= MISSING_COORDINATES_PER_MILLE:
+        lat_span = LATITUDE_RANGE[1] - LATITUDE_RANGE[0]
+        lon_span = LONGITUDE_RANGE[1] - LONGITUDE_RANGE[0]
+        # Whole micro-degrees, rounded to five decimals as many publishers do.
+        latitude = (LATITUDE_RANGE[0] + draw("latitude") % lat_span) // 10 * 10
+        longitude = (LONGITUDE_RANGE[0] + draw("longitude") % lon_span) // 10 * 10
+        record.update(
+            decimalLatitude=latitude / 1_000_000,
+            decimalLongitude=longitude / 1_000_000,
+            geodeticDatum="WGS84",
+            coordinateUncertaintyInMeters=float(10 * (1 + draw("uncertainty") % 100)),
+        )
+        record["issues"] = ["COORDINATE_ROUNDED"] if draw("rounded") % 4 == 0 else []
+    return record
+
+
+@cache
+def lab_records(slug: str) -> tuple[dict[str, Any], ...]:
+    """Every lab record of one species, in the lab's own (generation) order."""
+    species = next(s for s in load_registry() if s.slug == slug)
+    return tuple(_record(species, index, key) for index, key in enumerate(_gbif_ids(species)))
+
+
+def _species_for_params(params: Mapping[str, Any]) -> Species | None:
+    """The registry species whose request these params are; None when no lab species matches."""
+    wanted = {name: str(value) for name, value in params.items()}
+    for species in load_registry():
+        if {name: str(value) for name, value in species.request()["params"].items()} == wanted:
+            return species
+    return None
+
+
+class LabGbifClient:
+    """Serves GBIF occurrence-search pages from the deterministic lab data."""
+
+    source = LAB_SOURCE
+
+    def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
+        species = _species_for_params(params)
+        records = lab_records(species.slug) if species else ()
+        page = list(records[offset : offset + limit])
+        return {
+            "count": len(records),
+            "endOfRecords": offset + len(page) >= len(records),
+            "facets": [],
+            "limit": limit,
+            "offset": offset,
+            "results": page,
+        }

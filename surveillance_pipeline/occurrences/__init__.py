@@ -1,0 +1,1 @@
+"""Occurrences: raw GBIF snapshots, derived CSV files and the PostGIS ``occurrences`` table."""

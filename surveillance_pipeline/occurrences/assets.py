@@ -1,0 +1,160 @@
+"""gbif_raw -> gbif_derived -> occurrences: thin Dagster assets over the Dagster-free core.
+
+Each asset reports its data version (the raw and derived files' sha256; the job key for the table), an
+``action`` (loaded or skipped) and a ``reason``, and writes one provenance row.
+"""
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from surveillance_pipeline.core.keys import JobKeyParts, describe_change, sha256_hex
+from surveillance_pipeline.core.refresh import (
+    LOADED,
+    NOTHING_CHANGED,
+    SKIPPED,
+    RefreshOutcome,
+    last_loaded_parts,
+    record_provenance,
+)
+from surveillance_pipeline.gbif.ingest import ingest_species
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences.derive import DERIVE_VERSION, DERIVED_COLUMNS, derive_occurrences
+from surveillance_pipeline.occurrences.licenses import LICENSES
+from surveillance_pipeline.occurrences.load import (
+    SCHEMA_VERSION,
+    TRANSFORM_VERSION,
+    OccurrenceRules,
+    load_occurrences,
+    verified_derived_bytes,
+)
+from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.occurrences.raw import read_raw_snapshot, write_atomically
+from surveillance_pipeline.partitioned import PartitionReport, report_partitions
+from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
+
+
+class OccurrencesConfig(dg.Config):
+    """What shapes the rows of ``occurrences`` (and so enters its job key)."""
+
+    licenses: list[str] = list(LICENSES)
+    require_coordinates: bool = False
+
+
+# backfill_policy is marked beta; we rely on it knowingly (tests pin the behaviour), so say it once here.
+warnings.filterwarnings("ignore", category=dg.BetaWarning, message="Parameter `backfill_policy`")
+
+Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
+
+
+def _report(outcome: RefreshOutcome, data_version: str, **metadata: Any) -> PartitionReport:
+    return PartitionReport(
+        data_version=data_version,
+        metadata={
+            "action": outcome.action,
+            "reason": outcome.reason,
+            "job_key": outcome.job_key,
+            "job_key_parts": dg.MetadataValue.json(outcome.parts),
+            "rows": outcome.rows,
+            **metadata,
+        },
+    )
+
+
+SPECIES_ASSET: dict[str, Any] = {
+    "partitions_def": species_partitions,
+    "group_name": "occurrences",
+    # One run for a whole backfill range: per-partition runs cost seconds of process start each.
+    "backfill_policy": dg.BackfillPolicy.single_run(),
+}
+
+
+@dg.asset(
+    **SPECIES_ASSET,
+    code_version="ingest-v1",
+    pool="gbif_raw",
+    description="GBIF occurrence search for one species, normalized into data/raw/<slug>.json. "
+    "The only step that talks to a GBIF client.",
+)
+def gbif_raw(
+    context: dg.AssetExecutionContext, gbif: GbifSource, paths: DataPaths, warehouse: Warehouse
+) -> Events:
+    client = gbif.client()
+    with warehouse.connect() as conn:
+
+        def ingest_partition(slug: str) -> PartitionReport:
+            species = species_by_slug(slug)
+            ingest = ingest_species(client, species, paths.raw(slug))
+            parts = {"request": species.request(), "source": client.source, "records": ingest.records_sha256}
+            action = LOADED if ingest.written else SKIPPED
+            outcome = RefreshOutcome(action, ingest.reason, ingest.file_sha256, parts, ingest.records)
+            record_provenance(
+                conn, run_id=context.run.run_id, asset="gbif_raw", partition_key=slug, outcome=outcome
+            )
+            return _report(outcome, ingest.file_sha256, path=str(ingest.path), retrieved=ingest.retrieved)
+
+        yield from report_partitions(context, ingest_partition, upstream=None)
+
+
+@dg.asset(
+    **SPECIES_ASSET,
+    deps=[gbif_raw],
+    code_version=f"derive-v{DERIVE_VERSION}",
+    pool="gbif_derived",
+    description="Pure derive of data/raw/<slug>.json into data/derived/<slug>.csv "
+    f"({','.join(DERIVED_COLUMNS)}, sorted by id). Refuses a raw snapshot whose request is stale.",
+)
+def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse) -> Events:
+    with warehouse.connect() as conn:
+
+        def derive_partition(slug: str) -> PartitionReport:
+            species = species_by_slug(slug)
+            raw_path, derived_path = paths.raw(slug), paths.derived(slug)
+            snapshot = read_raw_snapshot(raw_path)
+            derived = derive_occurrences(snapshot, species, raw_path)
+            parts = JobKeyParts(
+                input=sha256_hex(raw_path.read_bytes()),
+                transform=DERIVE_VERSION,
+                config={},
+                schema=len(DERIVED_COLUMNS),
+            )
+            current = derived_path.read_bytes() if derived_path.exists() else None
+            if current == derived.data:
+                outcome = RefreshOutcome(SKIPPED, NOTHING_CHANGED, parts.key, parts.as_dict(), derived.rows)
+            else:
+                write_atomically(derived_path, derived.data)
+                reason = describe_change(last_loaded_parts(conn, "gbif_derived", slug), parts)
+                outcome = RefreshOutcome(LOADED, reason, parts.key, parts.as_dict(), derived.rows)
+            record_provenance(
+                conn, run_id=context.run.run_id, asset="gbif_derived", partition_key=slug, outcome=outcome
+            )
+            return _report(outcome, sha256_hex(derived.data), path=str(derived_path), **derived.counts)
+
+        yield from report_partitions(context, derive_partition, upstream=gbif_raw.key)
+
+
+@dg.asset(
+    **SPECIES_ASSET,
+    deps=[gbif_derived],
+    code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
+    pool="occurrences",
+    description="PostGIS tables species and occurrences, one species partition per transaction under its "
+    "job key (data version = job key).",
+)
+def occurrences(
+    context: dg.AssetExecutionContext, config: OccurrencesConfig, paths: DataPaths, warehouse: Warehouse
+) -> Events:
+    rules = OccurrenceRules(licenses=tuple(config.licenses), require_coordinates=config.require_coordinates)
+    with warehouse.connect() as conn:
+
+        def load_partition(slug: str) -> PartitionReport:
+            species = species_by_slug(slug)
+            derived = verified_derived_bytes(species, paths.raw(slug), paths.derived(slug))
+            outcome = load_occurrences(
+                conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
+            )
+            return _report(outcome, outcome.job_key, table="occurrences", species_id=species.species_id)
+
+        yield from report_partitions(context, load_partition, upstream=gbif_derived.key)

@@ -1,0 +1,164 @@
+"""Derive: raw snapshot in, clean CSV out. Pure: no client, no clock, nothing but the raw file's bytes.
+
+The CSV is ``id,year,longitude,latitude,license`` sorted by id, ``\\n`` line ends, an empty field for null,
+coordinates in Python's shortest round-trip form and licenses as short names. A derive of the same raw
+bytes is the same CSV bytes, which is what lets ``occurrences`` refuse a derived file that was edited.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.keys import canonical_json
+from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.occurrences.licenses import normalize_license
+from surveillance_pipeline.occurrences.raw import RawSnapshot
+
+DERIVE_VERSION = 1
+DERIVED_COLUMNS = ("id", "year", "longitude", "latitude", "license")
+# Plausible observation years; anything outside is a data error, not a filter decision.
+YEAR_RANGE = (1600, 2100)
+MAX_GBIF_ID = 2**63 - 1
+# GBIF's flag for records published at 0,0: kept, but without a geometry.
+ZERO_COORDINATE = "ZERO_COORDINATE"
+ZERO = ("", "")  # identity-compared marker: coordinates dropped because they were 0,0
+
+
+@dataclass(frozen=True)
+class DerivedFile:
+    data: bytes
+    rows: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def check_request(snapshot: RawSnapshot, species: Species, path: Path | str) -> None:
+    """Refuse a raw snapshot fetched with another request than the registry would send now."""
+    wanted = species.request()
+    if canonical_json(snapshot.request) == canonical_json(wanted):
+        return
+    differences = _differences(snapshot.request, wanted)
+    raise StaleInputError(
+        f"{path}: the raw snapshot of {species.slug} ({species.scientific_name}) was fetched with another "
+        f"request than the registry sends now ({'; '.join(differences)}); materialize gbif_raw again"
+    )
+
+
+def _differences(recorded: Any, wanted: Any, prefix: str = "") -> list[str]:
+    if isinstance(recorded, dict) and isinstance(wanted, dict):
+        lines: list[str] = []
+        for name in sorted(set(recorded) | set(wanted)):
+            lines += _differences(recorded.get(name), wanted.get(name), f"{prefix}{name}.")
+        return lines
+    if canonical_json(recorded) == canonical_json(wanted):
+        return []
+    return [f"{prefix.rstrip('.')}: recorded {recorded!r}, now {wanted!r}"]
+
+
+def derive_occurrences(snapshot: RawSnapshot, species: Species, path: Path | str) -> DerivedFile:
+    """The derived CSV for one species' raw snapshot; raises InputError naming record and field."""
+    check_request(snapshot, species, path)
+    rows: list[tuple[int, str, str, str, str]] = []
+    counts = {"no_year": 0, "no_coordinates": 0, "zero_coordinates": 0, "no_license": 0}
+    seen: dict[int, int] = {}
+    for index, record in enumerate(snapshot.records):
+        if not isinstance(record, dict):
+            raise InputError(path, f"record {index}", None, "expected a JSON object")
+        gbif_id = _gbif_id(record, index, path)
+        where = f"record {index} (key {gbif_id})"
+        if gbif_id in seen:
+            raise InputError(path, where, "key", f"duplicate id, first seen at record {seen[gbif_id]}")
+        seen[gbif_id] = index
+        _check_taxon(record, species, where, path)
+        year = _year(record, where, path)
+        coordinates = _coordinates(record, where, path)
+        if coordinates is None:
+            counts["no_coordinates"] += 1
+        elif coordinates is ZERO:
+            counts["zero_coordinates"] += 1
+        try:
+            license_name = normalize_license(record.get("license"))
+        except ValueError as error:
+            raise InputError(path, where, "license", str(error)) from None
+        counts["no_year"] += year is None
+        counts["no_license"] += license_name is None
+        longitude, latitude = coordinates if coordinates is not None else ("", "")
+        rows.append((gbif_id, "" if year is None else str(year), longitude, latitude, license_name or ""))
+    rows.sort(key=lambda row: row[0])
+    return DerivedFile(_to_csv(rows), len(rows), counts)
+
+
+def _to_csv(rows: list[tuple[int, str, str, str, str]]) -> bytes:
+    # None of the fields can hold a comma, quote or newline (ids, numbers, three fixed license names),
+    # so plain joining is exact CSV and needs no quoting rules to stay stable.
+    out = io.StringIO()
+    out.write(",".join(DERIVED_COLUMNS) + "\n")
+    for gbif_id, year, longitude, latitude, license_name in rows:
+        out.write(f"{gbif_id},{year},{longitude},{latitude},{license_name}\n")
+    return out.getvalue().encode("utf-8")
+
+
+def _gbif_id(record: dict[str, Any], index: int, path: Path | str) -> int:
+    key = record.get("key")
+    if isinstance(key, bool) or not isinstance(key, int):
+        raise InputError(path, f"record {index}", "key", f"expected an integer gbifID, got {key!r}")
+    if not 0 < key <= MAX_GBIF_ID:
+        raise InputError(path, f"record {index}", "key", f"gbifID {key} is outside 1..{MAX_GBIF_ID}")
+    return key
+
+
+def _check_taxon(record: dict[str, Any], species: Species, where: str, path: Path | str) -> None:
+    # GBIF returns a record for taxonKey=N when N is anywhere in its classification; for a species
+    # request that means its own key, its species key or its accepted key. A request by name is checked
+    # against the species name GBIF interpreted for the record.
+    if species.taxon_key is not None:
+        keys = {record.get(name) for name in ("taxonKey", "speciesKey", "acceptedTaxonKey")}
+        if species.taxon_key in keys:
+            return
+        field_name, asked = "taxonKey", f"{species.taxon_key} ({species.scientific_name})"
+    else:
+        if record.get("species") == species.scientific_name:
+            return
+        field_name, asked = "species", species.scientific_name
+    raise InputError(
+        path,
+        where,
+        field_name,
+        f"record is {record.get(field_name)!r} ({record.get('scientificName')!r}), "
+        f"but the request asked for {asked}",
+    )
+
+
+def _year(record: dict[str, Any], where: str, path: Path | str) -> int | None:
+    year = record.get("year")
+    if year is None:
+        return None
+    if isinstance(year, bool) or not isinstance(year, int):
+        raise InputError(path, where, "year", f"expected a whole number, got {year!r}")
+    if not YEAR_RANGE[0] <= year <= YEAR_RANGE[1]:
+        raise InputError(path, where, "year", f"{year} is outside {YEAR_RANGE[0]}..{YEAR_RANGE[1]}")
+    return year
+
+
+def _coordinates(record: dict[str, Any], where: str, path: Path | str) -> tuple[str, str] | None:
+    """(longitude, latitude) as text; None when absent; ZERO for a record published at 0,0."""
+    latitude: Any = record.get("decimalLatitude")
+    longitude: Any = record.get("decimalLongitude")
+    if latitude is None and longitude is None:
+        return None
+    for name, value, limit in (("decimalLatitude", latitude, 90), ("decimalLongitude", longitude, 180)):
+        if value is None:
+            raise InputError(path, where, name, "missing while the other coordinate is present")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(path, where, name, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise InputError(path, where, name, f"{value!r} is not a finite number")
+        if not -limit <= value <= limit:
+            raise InputError(path, where, name, f"{value} is outside -{limit}..{limit}")
+    if (latitude == 0 and longitude == 0) or ZERO_COORDINATE in (record.get("issues") or []):
+        return ZERO
+    return repr(float(longitude)), repr(float(latitude))

@@ -1,0 +1,16 @@
+"""Where things live: the data folder and the warehouse, both from the environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR_VARIABLE = "SURVEILLANCE_DATA_DIR"
+DATABASE_URL_VARIABLE = "SURVEILLANCE_DATABASE_URL"
+GBIF_SOURCE_VARIABLE = "GBIF_SOURCE"
+
+
+def data_dir() -> Path:
+    """``SURVEILLANCE_DATA_DIR``, else ``data/`` at the project root. Not a secret, so read at load."""
+    return Path(os.environ.get(DATA_DIR_VARIABLE) or PROJECT_ROOT / "data").resolve()

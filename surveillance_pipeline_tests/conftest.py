@@ -1,0 +1,98 @@
+"""Fixtures: a real PostGIS database per session, emptied per test, and a data folder per test.
+
+There is no fallback: without a reachable PostGIS server the database tests fail, loudly, so a CI run
+can never pass by skipping them. ``make test`` provisions the server first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+PROJECT_TABLES = ("occurrences", "species", "job_state", "provenance", "target_schema")
+SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    url = os.environ.get("SURVEILLANCE_DATABASE_URL")
+    if not url:
+        pytest.fail(
+            "SURVEILLANCE_DATABASE_URL is not set: run the tests with `make test`, which provisions PostGIS"
+        )
+    return url
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A scratch database on the project's server, with PostGIS, dropped at the end of the session."""
+    name = f"surveillance_test_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = _with_database(server_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
+    yield url
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture()
+def db(database_url: str) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to an empty project schema."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for table in PROJECT_TABLES:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(table)))
+        yield conn
+
+
+@pytest.fixture()
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data; a missing folder fails under REQUIRE_SHARED_DATA=1 (CI) instead of skipping."""
+    if not SHARED_DATA.is_dir():
+        if os.environ.get("REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(f"shared data folder {SHARED_DATA} is missing and REQUIRE_SHARED_DATA=1")
+        pytest.skip(f"shared data folder {SHARED_DATA} is not here")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def dagster_storage_url(server_url: str) -> Iterator[str]:
+    """A scratch database for a Postgres-backed Dagster instance, like the project's dagster.yaml."""
+    name = f"dagster_test_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield _with_database(server_url, name).replace("postgresql://", "postgresql+psycopg2://", 1)
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture()
+def postgres_instance(dagster_storage_url: str):
+    """A real Dagster instance with dagster-postgres storage (wiped per test)."""
+    import dagster as dg
+
+    overrides = {"storage": {"postgres": {"postgres_url": dagster_storage_url}}}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        instance.wipe()
+        yield instance

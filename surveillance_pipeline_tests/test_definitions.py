@@ -1,0 +1,30 @@
+"""The code location loads, and its contract (asset names, partitions, pools, versions) holds."""
+
+import dagster as dg
+
+from surveillance_pipeline.definitions import defs
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.occurrences.load import SCHEMA_VERSION, TRANSFORM_VERSION
+
+
+def test_definitions_load_with_the_spine_assets():
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert {"gbif_raw", "gbif_derived", "occurrences"} <= keys
+    assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
+    assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
+
+
+def test_spine_assets_are_partitioned_by_species_and_pooled_per_target():
+    for name in ("gbif_raw", "gbif_derived", "occurrences"):
+        assets_def = defs.resolve_assets_def(name)
+        assert assets_def.partitions_def.get_partition_keys() == partition_keys()
+        assert assets_def.op.pool == name
+    code_version = defs.resolve_assets_def("occurrences").code_versions_by_key[dg.AssetKey("occurrences")]
+    assert code_version == f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}"
+
+
+def test_warehouse_url_is_read_from_the_environment_at_run_time():
+    warehouse = defs.resources["warehouse"]
+    # An EnvVar, not a value: nothing secret is resolved into the definitions.
+    assert isinstance(warehouse.database_url, dg.EnvVar)

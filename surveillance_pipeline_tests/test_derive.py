@@ -1,0 +1,156 @@
+"""Ingest normalization and the pure derive: formats, licenses, and bad input named by file, record, field."""
+
+import json
+
+import pytest
+
+from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.gbif.ingest import ingest_species
+from surveillance_pipeline.gbif.lab import LabGbifClient
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences.derive import derive_occurrences
+from surveillance_pipeline.occurrences.licenses import normalize_license
+from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot
+
+DEVIL = species_by_slug("sarcophilus-harrisii")
+THYLACINE = species_by_slug("thylacinus-cynocephalus")
+
+
+def _snapshot(records, species=DEVIL):
+    return RawSnapshot(species.request(), "2026-11-29T00:00:00Z", "lab", records)
+
+
+def _devil_records():
+    return [
+        dict(r)
+        for r in LabGbifClient().search_occurrences(DEVIL.request()["params"], offset=0, limit=5)["results"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("http://creativecommons.org/publicdomain/zero/1.0/legalcode", "CC0 1.0"),
+        ("http://creativecommons.org/licenses/by/4.0/legalcode", "CC BY 4.0"),
+        ("https://creativecommons.org/licenses/by-nc/4.0/", "CC BY-NC 4.0"),
+        ("CC_BY_4_0", "CC BY 4.0"),
+        ("CC0_1_0", "CC0 1.0"),
+        ("CC_BY_NC_4_0", "CC BY-NC 4.0"),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_licenses_normalize_to_short_names(value, expected):
+    assert normalize_license(value) == expected
+
+
+def test_unknown_license_is_an_error():
+    with pytest.raises(ValueError, match="unknown license"):
+        normalize_license("All rights reserved'; DROP TABLE occurrences; --")
+
+
+def test_ingest_sorts_records_and_keys_and_keeps_an_unchanged_file(tmp_path):
+    path = tmp_path / "raw" / "sarcophilus-harrisii.json"
+    first = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z")
+    assert first.written and first.reason == "first load" and first.records == 2000
+    document = json.loads(path.read_bytes())
+    keys = [r["key"] for r in document["records"]]
+    assert keys == sorted(keys)
+    assert list(document) == sorted(document)
+    assert document["request"] == DEVIL.request()
+    before = path.read_bytes()
+    again = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-08T00:00:00Z")
+    assert not again.written and again.reason == "nothing changed"
+    assert path.read_bytes() == before, "an unchanged fetch keeps the file and its retrieved time"
+
+
+def test_derive_is_sorted_stable_and_pure(tmp_path):
+    path = tmp_path / "raw.json"
+    ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z")
+    snapshot = read_raw_snapshot(path)
+    derived = derive_occurrences(snapshot, DEVIL, path)
+    lines = derived.data.decode().splitlines()
+    assert lines[0] == "id,year,longitude,latitude,license"
+    ids = [int(line.split(",")[0]) for line in lines[1:]]
+    assert ids == sorted(ids) and len(ids) == 2000 == derived.rows
+    assert derived.counts["no_year"] > 0 and derived.counts["no_coordinates"] > 0
+    shuffled = RawSnapshot(snapshot.request, "another time", "lab", list(reversed(snapshot.records)))
+    assert derive_occurrences(shuffled, DEVIL, path).data == derived.data
+    assert b"\r" not in derived.data
+
+
+def test_derive_refuses_a_snapshot_fetched_with_another_request(tmp_path):
+    stale_request = {
+        "endpoint": "occurrence/search",
+        "params": {**DEVIL.request()["params"], "country": "NZ"},
+    }
+    snapshot = RawSnapshot(stale_request, "2026-11-01T00:00:00Z", "lab", _devil_records())
+    with pytest.raises(StaleInputError) as error:
+        derive_occurrences(snapshot, DEVIL, tmp_path / "raw.json")
+    message = str(error.value)
+    assert "sarcophilus-harrisii" in message and "params.country: recorded 'NZ', now 'AU'" in message
+
+
+def test_malformed_raw_json_names_file_and_line(tmp_path):
+    path = tmp_path / "raw.json"
+    path.write_text('{\n "records": [\n  {"key": 1,}\n ]\n}\n')
+    with pytest.raises(InputError) as error:
+        read_raw_snapshot(path)
+    assert str(path) in str(error.value) and "line 3" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "problem"),
+    [
+        ({"species": "Thylacinus cynocephalus"}, "species", "request asked for Sarcophilus harrisii"),
+        ({"decimalLatitude": "-41.5"}, "decimalLatitude", "expected a number"),
+        ({"decimalLongitude": "east"}, "decimalLongitude", "expected a number"),
+        ({"decimalLatitude": 91.0}, "decimalLatitude", "outside -90..90"),
+        ({"decimalLongitude": -180.5}, "decimalLongitude", "outside -180..180"),
+        ({"decimalLongitude": float("nan")}, "decimalLongitude", "not a finite number"),
+        ({"year": "1999"}, "year", "expected a whole number"),
+        ({"year": 3000}, "year", "outside 1600..2100"),
+        ({"key": "12x"}, "key", "expected an integer gbifID"),
+        ({"key": 2**63}, "key", "outside"),
+        ({"license": "CC BY-SA 4.0"}, "license", "unknown license"),
+    ],
+)
+def test_bad_record_names_file_record_and_field(tmp_path, change, field, problem):
+    records = _devil_records()
+    records[2].update(change)
+    with pytest.raises(InputError) as error:
+        derive_occurrences(_snapshot(records), DEVIL, tmp_path / "raw.json")
+    assert error.value.path == str(tmp_path / "raw.json")
+    assert error.value.where.startswith("record 2")
+    assert error.value.field == field
+    assert problem in str(error.value)
+
+
+def test_a_record_of_another_taxon_key_is_refused(tmp_path):
+    records = [
+        dict(r)
+        for r in LabGbifClient().search_occurrences(THYLACINE.request()["params"], offset=0, limit=3)[
+            "results"
+        ]
+    ]
+    records[1]["taxonKey"] = records[1]["speciesKey"] = records[1]["acceptedTaxonKey"] = 2433376
+    with pytest.raises(InputError) as error:
+        derive_occurrences(_snapshot(records, THYLACINE), THYLACINE, tmp_path / "raw.json")
+    assert error.value.field == "taxonKey" and "2435474" in str(error.value)
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    records = _devil_records()
+    records[3]["key"] = records[1]["key"]
+    with pytest.raises(InputError) as error:
+        derive_occurrences(_snapshot(records), DEVIL, tmp_path / "raw.json")
+    assert error.value.field == "key" and "duplicate id, first seen at record 1" in str(error.value)
+
+
+def test_records_at_zero_zero_keep_no_geometry(tmp_path):
+    records = _devil_records()
+    records[0].update(decimalLatitude=0.0, decimalLongitude=0.0)
+    derived = derive_occurrences(_snapshot(records), DEVIL, tmp_path / "raw.json")
+    line = next(x for x in derived.data.decode().splitlines() if x.startswith(str(records[0]["key"])))
+    assert line.split(",")[2:4] == ["", ""]
+    assert derived.counts["zero_coordinates"] == 1

@@ -1,0 +1,97 @@
+"""The lab GBIF source: shaped like GBIF's occurrence search, and the same bytes everywhere."""
+
+import hashlib
+from collections import Counter
+
+from surveillance_pipeline.core.keys import canonical_json
+from surveillance_pipeline.gbif.client import PAGE_LIMIT, fetch_all_occurrences
+from surveillance_pipeline.gbif.lab import LabGbifClient
+from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
+
+# sha256 over the canonical JSON of every lab page (all species, pages of 300, in registry order).
+# A change here means every user's lab data changed: bump it only on purpose.
+LAB_PAGES_SHA256 = "44d43f5ec4d1f30f3351996db8dd8c05c59fcdd006be5488836b4e64b0915e7a"
+
+
+def _all_pages():
+    client = LabGbifClient()
+    for species in load_registry():
+        offset = 0
+        while True:
+            page = client.search_occurrences(species.request()["params"], offset=offset, limit=PAGE_LIMIT)
+            yield page
+            if page["endOfRecords"]:
+                break
+            offset += len(page["results"])
+
+
+def test_lab_pages_are_pinned_by_sha256():
+    digest = hashlib.sha256()
+    for page in _all_pages():
+        digest.update(canonical_json(page).encode("utf-8"))
+        digest.update(b"\n")
+    assert digest.hexdigest() == LAB_PAGES_SHA256
+
+
+def test_registry_has_71_species_with_unique_slugs():
+    registry = load_registry()
+    assert len(registry) == 71
+    assert len({s.slug for s in registry}) == 71
+    assert registry[0].slug == "sarcophilus-harrisii"
+
+
+def test_pages_have_gbif_search_shape_and_page_until_end_of_records():
+    devil = species_by_slug("sarcophilus-harrisii")
+    client = LabGbifClient()
+    first = client.search_occurrences(devil.request()["params"], offset=0, limit=PAGE_LIMIT)
+    assert set(first) == {"offset", "limit", "endOfRecords", "count", "facets", "results"}
+    assert (first["offset"], first["limit"], first["endOfRecords"], first["count"]) == (0, 300, False, 2000)
+    last = client.search_occurrences(devil.request()["params"], offset=1800, limit=PAGE_LIMIT)
+    assert (len(last["results"]), last["endOfRecords"]) == (200, True)
+    record = first["results"][0]
+    for field in (
+        "key",
+        "gbifID",
+        "scientificName",
+        "species",
+        "license",
+        "countryCode",
+        "stateProvince",
+        "basisOfRecord",
+        "datasetKey",
+        "issues",
+        "occurrenceStatus",
+    ):
+        assert field in record
+    assert record["gbifID"] == str(record["key"])
+
+
+def test_unknown_request_gets_an_empty_result():
+    page = LabGbifClient().search_occurrences({"taxonKey": 1, "country": "AU"}, offset=0, limit=300)
+    assert (page["count"], page["results"], page["endOfRecords"]) == (0, [], True)
+
+
+def test_lab_is_shaped_like_the_course_data():
+    client = LabGbifClient()
+    picked = 0
+    licenses: Counter[str] = Counter()
+    no_year = no_coordinates = 0
+    for species in load_registry():
+        records = fetch_all_occurrences(client, species.request()["params"])
+        ids = [r["key"] for r in records]
+        assert len(set(ids)) == len(ids)
+        assert all(100_000_000 <= i < 10_000_000_000 for i in ids), "gbifIDs have 9-10 digits"
+        # The course's rule: first 100 per species by md5 of the id text, then id.
+        picked += len(sorted(ids, key=lambda i: (hashlib.md5(str(i).encode()).hexdigest(), i))[:100])
+        licenses.update(r["license"] for r in records)
+        no_year += sum("year" not in r for r in records)
+        no_coordinates += sum("decimalLatitude" not in r for r in records)
+        if species.slug == "sarcophilus-harrisii":
+            assert len(records) == 2000
+    assert picked == 4766
+    assert set(licenses) == {
+        "http://creativecommons.org/publicdomain/zero/1.0/legalcode",
+        "http://creativecommons.org/licenses/by/4.0/legalcode",
+        "http://creativecommons.org/licenses/by-nc/4.0/legalcode",
+    }
+    assert no_year > 0 and no_coordinates > 0

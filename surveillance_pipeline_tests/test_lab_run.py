@@ -1,0 +1,77 @@
+"""`make run`'s code path: all 71 species in one run on a Postgres-backed Dagster instance, then again."""
+
+import collections
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.lab_run import run_all_partitions, summarize
+from surveillance_pipeline.occurrences.definitions import defs as occurrence_defs
+from surveillance_pipeline_tests.pipeline import SPINE, data_version, resources
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+ASSETS = ("gbif_raw", "gbif_derived", "occurrences")
+
+
+def _definitions(database_url, data_dir):
+    return dg.Definitions.merge(occurrence_defs, dg.Definitions(resources=resources(database_url, data_dir)))
+
+
+def _events_per_partition(instance, asset):
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
+    return collections.Counter(r.partition_key for r in records)
+
+
+def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_dir, postgres_instance):
+    definitions = _definitions(database_url, data_dir)
+    first = run_all_partitions(postgres_instance, definitions)
+    assert first.success
+    lines = summarize(database_url, first.run_id)
+    assert lines[1].split()[:4] == ["gbif_raw", "71", "0", "26391"]
+    assert lines[3].split()[:4] == ["occurrences", "71", "0", "26391"]
+    assert "first load (71)" in lines[3]
+
+    states = dict(
+        db.execute("SELECT partition_key, job_key FROM job_state WHERE job = 'occurrences'").fetchall()
+    )
+    assert sorted(states) == sorted(partition_keys())
+    assert len(set(states.values())) == 71
+    for asset in ASSETS:
+        # The deferred-events run tag: exactly one event per partition, none with a shared version.
+        assert set(_events_per_partition(postgres_instance, asset).values()) == {1}, asset
+    for key in partition_keys():
+        assert data_version(postgres_instance, "occurrences", key) == states[key]
+
+    xmins = db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone()
+    second = run_all_partitions(postgres_instance, definitions)
+    assert second.success
+    for line in summarize(database_url, second.run_id)[1:]:
+        asset, loaded, skipped = line.split()[:3]
+        assert (loaded, skipped) == ("0", "71"), line
+        assert line.endswith("nothing changed (71)")
+    assert (
+        db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone() == xmins
+    )
+    for key in partition_keys():
+        assert data_version(postgres_instance, "occurrences", key) == states[key]
+
+
+def test_a_range_run_without_the_defer_tag_still_ends_with_per_partition_versions(
+    db, database_url, data_dir, postgres_instance
+):
+    """A single-run backfill launched from the UI: Dagster's common version first, ours last."""
+    keys = partition_keys()[:3]
+    result = dg.materialize(
+        SPINE,
+        instance=postgres_instance,
+        resources=resources(database_url, data_dir),
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+    )
+    assert result.success
+    states = dict(
+        db.execute("SELECT partition_key, job_key FROM job_state WHERE job = 'occurrences'").fetchall()
+    )
+    assert sorted(states) == sorted(keys) and len(set(states.values())) == 3
+    for key in keys:
+        assert data_version(postgres_instance, "occurrences", key) == states[key]
