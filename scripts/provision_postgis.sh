@@ -4,7 +4,8 @@
 # - SURVEILLANCE_DATABASE_URL set and reaching a server with PostGIS: use it (Dagster's storage goes to a
 #   `dagster` database on the same server when it exists or can be created, else into the same database).
 # - Otherwise, on Debian/Ubuntu as root: install PostgreSQL and Debian's PostGIS if missing, start the
-#   cluster, create role `surveillance` (password generated once, kept in .local/, mode 600), the
+#   cluster, create role `surveillance` (password generated once per user, kept in
+#   ~/.config/surveillance_pipeline/db-password, mode 600), the
 #   `surveillance` database with the postgis extension, and the `dagster` database.
 # - Anything else: stop, saying what to install.
 # Idempotent: running it twice, or with the server already up, changes nothing.
@@ -96,8 +97,11 @@ if ! pg_lsclusters -h | awk -v m="$major" '$1 == m && $2 == "main" && $4 == "onl
 fi
 port=$(pg_lsclusters -h | awk -v m="$major" '$1 == m && $2 == "main" {print $3}')
 
-password_file="$local_dir/db-password"
+# The local cluster serves every clone on this machine, so its password is kept per user, not per clone.
+config_dir="${XDG_CONFIG_HOME:-$HOME/.config}/surveillance_pipeline"
+password_file="$config_dir/db-password"
 if [ ! -s "$password_file" ]; then
+  mkdir -p "$config_dir" && chmod 700 "$config_dir"
   (umask 077 && "$python" -c "import secrets; print(secrets.token_urlsafe(24))" > "$password_file")
 fi
 password=$(cat "$password_file")
