@@ -1,18 +1,33 @@
-"""The code location: merges each domain's definitions and binds resources. Nothing else happens here."""
+"""The code location: merges each domain's definitions, adds jobs and binds resources. Nothing else."""
 
 import os
+from typing import Any
 
 import dagster as dg
 
+from surveillance_pipeline import jobs
 from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
+from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, GBIF_SOURCE_VARIABLE, data_dir
 
-resources = {
-    # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
-    "warehouse": Warehouse(database_url=dg.EnvVar(DATABASE_URL_VARIABLE)),
-    "paths": DataPaths(root=str(data_dir())),
-    "gbif": GbifSource(source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab")),
-}
+DOMAINS = (occurrences.defs, samples.defs)
 
-defs = dg.Definitions.merge(occurrences.defs, dg.Definitions(resources=resources))
+
+def live_resources() -> dict[str, Any]:
+    return {
+        # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
+        "warehouse": Warehouse(database_url=dg.EnvVar(DATABASE_URL_VARIABLE)),
+        "paths": DataPaths(root=str(data_dir())),
+        "gbif": GbifSource(source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab")),
+    }
+
+
+def assemble(resources: dict[str, Any]) -> dg.Definitions:
+    """The whole code location over the given resources (tests pass their own database and folders)."""
+    assets = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
+    job_defs = dg.Definitions(jobs=[jobs.species_assets_job(assets), jobs.whole_target_assets_job(assets)])
+    return dg.Definitions.merge(*DOMAINS, job_defs, dg.Definitions(resources=resources))
+
+
+defs = assemble(live_resources())

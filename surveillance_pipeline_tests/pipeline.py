@@ -14,8 +14,16 @@ from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LabGbifClient
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
+from surveillance_pipeline.samples.assets import (
+    occurrence_sample,
+    occurrence_sample_summary,
+    sample_engines_agree,
+)
+from surveillance_pipeline.samples.rules import md5_text
 
 SPINE = [gbif_raw, gbif_derived, occurrences]
+SAMPLED = [*SPINE, occurrence_sample]
+SUMMARIZED = [*SAMPLED, occurrence_sample_summary, sample_engines_agree]
 DEVIL = "sarcophilus-harrisii"
 
 RecordEdit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
@@ -54,7 +62,27 @@ def drop_lowest_id(records):
     return sorted(records, key=lambda r: r["key"])[1:]
 
 
-EDITS: dict[str, RecordEdit] = {"none": lambda records: records, "drop_lowest_id": drop_lowest_id}
+def add_record_before_the_100th_pick(records):
+    """One new record whose md5(id) sorts before the current 100th pick's (the course's case)."""
+    ordered = sorted(records, key=lambda r: (md5_text(r["key"]), r["key"]))
+    hundredth = ordered[99]
+    existing = {r["key"] for r in records}
+    candidate = max(existing) + 1
+    while candidate in existing or (md5_text(candidate), candidate) >= (
+        md5_text(hundredth["key"]),
+        hundredth["key"],
+    ):
+        candidate += 1
+    new = {**copy.deepcopy(hundredth), "key": candidate, "gbifID": str(candidate)}
+    return records + [new]
+
+
+EDITS: dict[str, RecordEdit] = {
+    "none": lambda records: records,
+    "drop_lowest_id": drop_lowest_id,
+    "reverse": lambda records: list(reversed(records)),
+    "add_record_before_the_100th_pick": add_record_before_the_100th_pick,
+}
 
 
 def resources(database_url: str, data_dir: Path, edit: str = "none") -> dict[str, Any]:
@@ -74,12 +102,16 @@ def materialize(
     assets: list | None = None,
     edit: str = "none",
     occurrences_config: Mapping[str, Any] | None = None,
+    sample_config: Mapping[str, Any] | None = None,
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
     selected = assets or SPINE
-    run_config = {}
+    ops: dict[str, Any] = {}
     if occurrences_config is not None:
-        run_config = {"ops": {"occurrences": {"config": dict(occurrences_config)}}}
+        ops["occurrences"] = {"config": dict(occurrences_config)}
+    if sample_config is not None:
+        ops["occurrence_sample"] = {"config": dict(sample_config)}
+    run_config = {"ops": ops} if ops else {}
     return dg.materialize(
         selected,
         instance=instance,

@@ -5,17 +5,17 @@ import collections
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab_run import run_all_partitions, summarize
-from surveillance_pipeline.occurrences.definitions import defs as occurrence_defs
 from surveillance_pipeline_tests.pipeline import SPINE, data_version, resources
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
-ASSETS = ("gbif_raw", "gbif_derived", "occurrences")
+ASSETS = ("gbif_raw", "gbif_derived", "occurrences", "occurrence_sample")
 
 
 def _definitions(database_url, data_dir):
-    return dg.Definitions.merge(occurrence_defs, dg.Definitions(resources=resources(database_url, data_dir)))
+    return assemble(resources(database_url, data_dir))
 
 
 def _events_per_partition(instance, asset):
@@ -26,11 +26,17 @@ def _events_per_partition(instance, asset):
 def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_dir, postgres_instance):
     definitions = _definitions(database_url, data_dir)
     first = run_all_partitions(postgres_instance, definitions)
-    assert first.success
-    lines = summarize(database_url, first.run_id)
+    assert [r.success for r in first] == [True, True]
+    lines = summarize(database_url, [r.run_id for r in first])
     assert lines[1].split()[:4] == ["gbif_raw", "71", "0", "26391"]
     assert lines[3].split()[:4] == ["occurrences", "71", "0", "26391"]
     assert "first load (71)" in lines[3]
+    assert lines[4].split()[:4] == ["occurrence_sample", "71", "0", "4766"]
+    assert lines[5].split()[:4] == ["occurrence_sample_summary", "1", "0", "4766"]
+    summary = first[1].asset_materializations_for_node("occurrence_sample_summary")[0].metadata
+    assert (summary["records"].value, summary["species"].value) == (4766, 71)
+    checks = first[1].get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [("sample_engines_agree", True)]
 
     states = dict(
         db.execute("SELECT partition_key, job_key FROM job_state WHERE job = 'occurrences'").fetchall()
@@ -45,11 +51,12 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
 
     xmins = db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone()
     second = run_all_partitions(postgres_instance, definitions)
-    assert second.success
-    for line in summarize(database_url, second.run_id)[1:]:
+    assert all(r.success for r in second)
+    for line in summarize(database_url, [r.run_id for r in second])[1:]:
         asset, loaded, skipped = line.split()[:3]
-        assert (loaded, skipped) == ("0", "71"), line
-        assert line.endswith("nothing changed (71)")
+        expected = "1" if asset == "occurrence_sample_summary" else "71"
+        assert (loaded, skipped) == ("0", expected), line
+        assert line.endswith(f"nothing changed ({expected})")
     assert (
         db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone() == xmins
     )

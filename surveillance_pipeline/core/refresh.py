@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
 from surveillance_pipeline.core.sql_files import load_sql
 
@@ -24,6 +25,8 @@ CORE = "surveillance_pipeline.core"
 LOADED = "loaded"
 SKIPPED = "skipped"
 NOTHING_CHANGED = "nothing changed"
+# The partition key recorded for targets that are not partitioned.
+WHOLE_TARGET = "all"
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def refresh_partition(
     *,
     job: str,
     partition_key: str,
-    parts: JobKeyParts,
+    parts: JobKeyParts | Callable[[psycopg.Connection], JobKeyParts],
     replace_rows: Callable[[psycopg.Connection], int],
     run_id: str,
     target: TargetSchema | None = None,
@@ -97,13 +100,17 @@ def refresh_partition(
 ) -> RefreshOutcome:
     """Make the target hold the snapshot named by ``parts``, or skip if it already does.
 
-    ``replace_rows`` deletes the partition's rows and writes the new ones, returning the row count; it
-    runs only when the key differs. ``before_commit`` may check what must hold before the commit (and
-    raise to roll everything back).
+    ``parts`` may be a function of the connection, called inside the transaction once the lock is held,
+    for inputs that live in the database (an upstream state row read ``FOR SHARE``). ``replace_rows``
+    deletes the partition's rows and writes the new ones, returning the row count; it runs only when the
+    key differs. ``before_commit`` may check what must hold before the commit (and raise to roll
+    everything back).
     """
-    job_key = parts.key
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(job, partition_key)])
+        if callable(parts):
+            parts = parts(conn)
+        job_key = parts.key
         if target is not None:
             ensure_target_schema(conn, target, job)
         state = conn.execute(
@@ -159,3 +166,43 @@ def record_provenance(
             "rows": outcome.rows,
         },
     )
+
+
+def upstream_job_key(conn: psycopg.Connection, job: str, partition_key: str) -> str:
+    """The key an upstream target holds, share-locked so it cannot reload under the reader's transaction."""
+    row = conn.execute(
+        load_sql(CORE, "select_job_key_for_share"), {"job": job, "partition_key": partition_key}
+    ).fetchone()
+    if row is None:
+        raise StaleInputError(f"{job} holds nothing for partition {partition_key!r}: materialize {job} first")
+    return row[0]
+
+
+def report_derived_output(
+    conn: psycopg.Connection,
+    *,
+    asset: str,
+    partition_key: str,
+    parts: JobKeyParts,
+    rows: int,
+    run_id: str,
+    unchanged: bool,
+) -> RefreshOutcome:
+    """Provenance for an output kept outside the database (a file, a summary): skipped when ``unchanged``.
+
+    The reason for a change is named against the parts of the last load recorded for it.
+    """
+    if unchanged:
+        outcome = RefreshOutcome(SKIPPED, NOTHING_CHANGED, parts.key, parts.as_dict(), rows)
+    else:
+        reason = describe_change(last_loaded_parts(conn, asset, partition_key), parts)
+        if reason == "key recipe changed":
+            reason = "output was missing or edited"
+        outcome = RefreshOutcome(LOADED, reason, parts.key, parts.as_dict(), rows)
+    record_provenance(conn, run_id=run_id, asset=asset, partition_key=partition_key, outcome=outcome)
+    return outcome
+
+
+def last_recorded_key(conn: psycopg.Connection, asset: str, partition_key: str) -> str | None:
+    row = conn.execute(load_sql(CORE, "select_last_provenance"), [asset, partition_key]).fetchone()
+    return row[0] if row else None

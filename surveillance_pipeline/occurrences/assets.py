@@ -10,14 +10,13 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline.core.keys import JobKeyParts, describe_change, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
 from surveillance_pipeline.core.refresh import (
     LOADED,
-    NOTHING_CHANGED,
     SKIPPED,
     RefreshOutcome,
-    last_loaded_parts,
     record_provenance,
+    report_derived_output,
 )
 from surveillance_pipeline.gbif.ingest import ingest_species
 from surveillance_pipeline.gbif.registry import species_by_slug
@@ -32,7 +31,7 @@ from surveillance_pipeline.occurrences.load import (
 )
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot, write_atomically
-from surveillance_pipeline.partitioned import PartitionReport, report_partitions
+from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 
 
@@ -49,23 +48,8 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning, message="Parameter `b
 Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
 
 
-def _report(outcome: RefreshOutcome, data_version: str, **metadata: Any) -> PartitionReport:
-    return PartitionReport(
-        data_version=data_version,
-        metadata={
-            "action": outcome.action,
-            "reason": outcome.reason,
-            "job_key": outcome.job_key,
-            "job_key_parts": dg.MetadataValue.json(outcome.parts),
-            "rows": outcome.rows,
-            **metadata,
-        },
-    )
-
-
 SPECIES_ASSET: dict[str, Any] = {
     "partitions_def": species_partitions,
-    "group_name": "occurrences",
     # One run for a whole backfill range: per-partition runs cost seconds of process start each.
     "backfill_policy": dg.BackfillPolicy.single_run(),
 }
@@ -73,6 +57,7 @@ SPECIES_ASSET: dict[str, Any] = {
 
 @dg.asset(
     **SPECIES_ASSET,
+    group_name="occurrences",
     code_version="ingest-v1",
     pool="gbif_raw",
     description="GBIF occurrence search for one species, normalized into data/raw/<slug>.json. "
@@ -93,13 +78,16 @@ def gbif_raw(
             record_provenance(
                 conn, run_id=context.run.run_id, asset="gbif_raw", partition_key=slug, outcome=outcome
             )
-            return _report(outcome, ingest.file_sha256, path=str(ingest.path), retrieved=ingest.retrieved)
+            return outcome_report(
+                outcome, ingest.file_sha256, path=str(ingest.path), retrieved=ingest.retrieved
+            )
 
         yield from report_partitions(context, ingest_partition, upstream=None)
 
 
 @dg.asset(
     **SPECIES_ASSET,
+    group_name="occurrences",
     deps=[gbif_raw],
     code_version=f"derive-v{DERIVE_VERSION}",
     pool="gbif_derived",
@@ -120,23 +108,26 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
                 config={},
                 schema=len(DERIVED_COLUMNS),
             )
-            current = derived_path.read_bytes() if derived_path.exists() else None
-            if current == derived.data:
-                outcome = RefreshOutcome(SKIPPED, NOTHING_CHANGED, parts.key, parts.as_dict(), derived.rows)
-            else:
+            unchanged = derived_path.exists() and derived_path.read_bytes() == derived.data
+            if not unchanged:
                 write_atomically(derived_path, derived.data)
-                reason = describe_change(last_loaded_parts(conn, "gbif_derived", slug), parts)
-                outcome = RefreshOutcome(LOADED, reason, parts.key, parts.as_dict(), derived.rows)
-            record_provenance(
-                conn, run_id=context.run.run_id, asset="gbif_derived", partition_key=slug, outcome=outcome
+            outcome = report_derived_output(
+                conn,
+                asset="gbif_derived",
+                partition_key=slug,
+                parts=parts,
+                rows=derived.rows,
+                run_id=context.run.run_id,
+                unchanged=unchanged,
             )
-            return _report(outcome, sha256_hex(derived.data), path=str(derived_path), **derived.counts)
+            return outcome_report(outcome, sha256_hex(derived.data), path=str(derived_path), **derived.counts)
 
         yield from report_partitions(context, derive_partition, upstream=gbif_raw.key)
 
 
 @dg.asset(
     **SPECIES_ASSET,
+    group_name="occurrences",
     deps=[gbif_derived],
     code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
     pool="occurrences",
@@ -155,6 +146,8 @@ def occurrences(
             outcome = load_occurrences(
                 conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
             )
-            return _report(outcome, outcome.job_key, table="occurrences", species_id=species.species_id)
+            return outcome_report(
+                outcome, outcome.job_key, table="occurrences", species_id=species.species_id
+            )
 
         yield from report_partitions(context, load_partition, upstream=gbif_derived.key)

@@ -1,4 +1,6 @@
-"""Per-partition materializations, each with its own data version, from one run over many partitions.
+"""How assets report to Dagster: action, reason, job key and rows in metadata; the job key as data version.
+
+Per-partition materializations get their own data version even in one run over many partitions.
 
 A run over a partition range (``make run``, a single-run backfill) executes each asset once for the whole
 range, and Dagster stamps the step's one output on every partition with one common data version. Our data
@@ -19,6 +21,7 @@ import dagster as dg
 from dagster._core.events import DagsterEventType
 
 from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.refresh import RefreshOutcome
 
 DEFER_ASSET_EVENTS_TAG = "dagster/defer_asset_events"
 DATA_VERSION_TAG = "dagster/data_version"
@@ -28,6 +31,31 @@ DATA_VERSION_TAG = "dagster/data_version"
 class PartitionReport:
     data_version: str
     metadata: dict[str, Any]
+
+
+def outcome_report(
+    outcome: RefreshOutcome, data_version: str | None = None, **metadata: Any
+) -> PartitionReport:
+    """What every materialization shows in the UI; the data version defaults to the job key."""
+    return PartitionReport(
+        data_version=data_version or outcome.job_key,
+        metadata={
+            "action": outcome.action,
+            "reason": outcome.reason,
+            "job_key": outcome.job_key,
+            "job_key_parts": dg.MetadataValue.json(outcome.parts),
+            "rows": outcome.rows,
+            **metadata,
+        },
+    )
+
+
+def materialize_result(
+    outcome: RefreshOutcome, data_version: str | None = None, **metadata: Any
+) -> dg.MaterializeResult:
+    """The same report for an unpartitioned asset."""
+    report = outcome_report(outcome, data_version, **metadata)
+    return dg.MaterializeResult(data_version=dg.DataVersion(report.data_version), metadata=report.metadata)
 
 
 def partition_range_tags(first: str, last: str) -> dict[str, str]:

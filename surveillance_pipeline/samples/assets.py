@@ -1,0 +1,127 @@
+"""occurrence_sample (per species) and occurrence_sample_summary, with the three-engine check."""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_recorded_key, report_derived_output
+from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
+from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
+from surveillance_pipeline.reporting import (
+    PartitionReport,
+    materialize_result,
+    outcome_report,
+    report_partitions,
+)
+from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.samples.engines import (
+    duckdb_summary,
+    postgis_summary,
+    python_summary,
+    recorded_rules,
+)
+from surveillance_pipeline.samples.load import (
+    DEFAULT_CAP,
+    JOB,
+    SCHEMA_VERSION,
+    TRANSFORM_VERSION,
+    refresh_species_sample,
+)
+
+SUMMARY_VERSION = 1
+
+
+class SampleConfig(dg.Config):
+    """The sample's one row-shaping setting: how many records per species."""
+
+    cap: int = DEFAULT_CAP
+
+
+@dg.asset(
+    **SPECIES_ASSET,
+    group_name="samples",
+    deps=[occurrences],
+    code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
+    pool="occurrence_sample",
+    description="Per species, the first `cap` occurrences by md5(id::text), then id, computed in PostGIS "
+    "(table occurrence_sample); each refresh records which ids entered and left (table sample_drift).",
+)
+def occurrence_sample(
+    context: dg.AssetExecutionContext, config: SampleConfig, warehouse: Warehouse
+) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+    with warehouse.connect() as conn:
+
+        def sample_partition(slug: str) -> PartitionReport:
+            outcome, drift = refresh_species_sample(
+                conn, species=species_by_slug(slug), cap=config.cap, run_id=context.run.run_id
+            )
+            return outcome_report(
+                outcome,
+                entered=dg.MetadataValue.json([{"id": i, "pick": p} for i, p in drift.entered]),
+                left=dg.MetadataValue.json([{"id": i, "pick": p} for i, p in drift.left]),
+            )
+
+        yield from report_partitions(context, sample_partition, upstream=occurrences.key)
+
+
+@dg.asset(
+    group_name="samples",
+    deps=[occurrence_sample],
+    code_version=f"summary-v{SUMMARY_VERSION}",
+    description="The course's summary of occurrence_sample: records, species and "
+    "md5(string_agg(id::text, ',' ORDER BY id)) of the picked ids.",
+)
+def occurrence_sample_summary(
+    context: dg.AssetExecutionContext, warehouse: Warehouse
+) -> dg.MaterializeResult:
+    with warehouse.connect() as conn:
+        with conn.transaction():
+            # One snapshot for the state rows and the summary they describe.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            sample_keys = conn.execute(
+                "SELECT partition_key, job_key FROM job_state WHERE job = %s ORDER BY partition_key", [JOB]
+            ).fetchall()
+            summary = postgis_summary(conn)
+        parts = JobKeyParts(
+            input=sha256_hex(canonical_json(sample_keys).encode()),
+            transform=SUMMARY_VERSION,
+            config={},
+            schema=SUMMARY_VERSION,
+        )
+        outcome = report_derived_output(
+            conn,
+            asset="occurrence_sample_summary",
+            partition_key=WHOLE_TARGET,
+            parts=parts,
+            rows=summary.records,
+            run_id=context.run.run_id,
+            unchanged=last_recorded_key(conn, "occurrence_sample_summary", WHOLE_TARGET) == parts.key,
+        )
+    return materialize_result(
+        outcome,
+        records=summary.records,
+        species=summary.species,
+        ids_md5=summary.ids_md5,
+        summary=summary.line(),
+    )
+
+
+@dg.asset_check(
+    asset=occurrence_sample_summary,
+    description="PostGIS, DuckDB and plain Python give the same sample count and ids md5.",
+)
+def sample_engines_agree(warehouse: Warehouse, paths: DataPaths) -> dg.AssetCheckResult:
+    derived_paths = {species.slug: paths.derived(species.slug) for species in load_registry()}
+    with warehouse.connect() as conn:
+        rules = recorded_rules(conn, derived_paths)
+        summaries = {
+            "postgis": postgis_summary(conn),
+            "duckdb": duckdb_summary(rules),
+            "python": python_summary(rules),
+        }
+    agree = len({(s.records, s.ids_md5) for s in summaries.values()}) == 1
+    return dg.AssetCheckResult(
+        passed=agree,
+        metadata={engine: summary.line() for engine, summary in summaries.items()},
+    )

@@ -1,0 +1,93 @@
+"""Refresh one species' md5-capped sample in PostGIS under its job key, recording membership drift."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from surveillance_pipeline.core.keys import JobKeyParts
+from surveillance_pipeline.core.refresh import (
+    RefreshOutcome,
+    TargetSchema,
+    refresh_partition,
+    upstream_job_key,
+)
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
+
+PACKAGE = "surveillance_pipeline.samples"
+JOB = "occurrence_sample"
+TABLE = "occurrence_sample"
+TRANSFORM_VERSION = 1
+SCHEMA_VERSION = 1
+DEFAULT_CAP = 100
+
+SAMPLE_SCHEMA = TargetSchema(
+    table=TABLE,
+    version=SCHEMA_VERSION,
+    create=lambda table: load_sql(PACKAGE, "create_occurrence_sample").format(occurrence_sample=table),
+)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Ids that entered the sample (with their pick) and ids that left it (with their old pick)."""
+
+    entered: list[tuple[int, int]] = field(default_factory=list)
+    left: list[tuple[int, int]] = field(default_factory=list)
+
+
+def sample_job_parts(upstream_key: str, cap: int) -> JobKeyParts:
+    return JobKeyParts(
+        input=upstream_key, transform=TRANSFORM_VERSION, config={"cap": cap}, schema=SCHEMA_VERSION
+    )
+
+
+def refresh_species_sample(
+    conn: psycopg.Connection, *, species: Species, cap: int, run_id: str
+) -> tuple[RefreshOutcome, Drift]:
+    """Make ``occurrence_sample`` hold this species' first ``cap`` picks of what ``occurrences`` holds."""
+    if cap < 1:
+        raise ValueError(f"occurrence_sample config: cap must be at least 1, got {cap}")
+    drift = Drift()
+
+    def parts(connection: psycopg.Connection) -> JobKeyParts:
+        return sample_job_parts(upstream_job_key(connection, OCCURRENCES_JOB, species.slug), cap)
+
+    def replace_rows(connection: psycopg.Connection) -> int:
+        table = sql.Identifier(TABLE)
+        connection.execute(
+            sql.SQL(
+                "CREATE TEMPORARY TABLE previous_sample ON COMMIT DROP AS "
+                "SELECT id, pick FROM {} WHERE species_id = %s"
+            ).format(table),
+            [species.species_id],
+        )
+        connection.execute(
+            sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
+        )
+        rows = connection.execute(
+            load_sql(PACKAGE, "insert_species_sample").format(occurrence_sample=table),
+            {"species_id": species.species_id, "cap": cap},
+        ).rowcount
+        changes = connection.execute(
+            load_sql(PACKAGE, "insert_sample_drift").format(occurrence_sample=table),
+            {"run_id": run_id, "species_id": species.species_id},
+        ).fetchall()
+        for gbif_id, change, pick in changes:
+            (drift.entered if change == "entered" else drift.left).append((gbif_id, pick))
+        return rows
+
+    outcome = refresh_partition(
+        conn,
+        job=JOB,
+        partition_key=species.slug,
+        parts=parts,
+        replace_rows=replace_rows,
+        run_id=run_id,
+        target=SAMPLE_SCHEMA,
+    )
+    return outcome, drift

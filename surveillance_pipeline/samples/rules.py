@@ -1,0 +1,44 @@
+"""The md5 sampling rule and its summary, in plain Python: the reference the SQL and DuckDB engines match.
+
+"Any 100 records" means the first 100 per species ordered by ``md5(id::text)``, then ``id``: a fixed order
+that does not depend on how rows were stored or read, and that changes little when one record arrives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+def md5_text(value: object) -> str:
+    """PostgreSQL's ``md5(value::text)`` in Python (not for security: a stable ordering key)."""
+    return hashlib.md5(str(value).encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def pick_sample(ids: Iterable[int], cap: int) -> list[tuple[int, int]]:
+    """(id, pick) for the first ``cap`` ids by md5 of the id text, then id; pick counts from 1."""
+    ordered = sorted(ids, key=lambda i: (md5_text(i), i))
+    return [(gbif_id, pick) for pick, gbif_id in enumerate(ordered[:cap], start=1)]
+
+
+@dataclass(frozen=True)
+class SampleSummary:
+    """The course's summary line: records, species and the md5 of the picked ids in id order."""
+
+    records: int
+    species: int
+    ids_md5: str
+
+    def line(self) -> str:
+        return f"records={self.records} species={self.species} ids_md5={self.ids_md5}"
+
+
+def summarize_ids(ids_by_species: dict[int, list[int]]) -> SampleSummary:
+    """Summary of picked ids: ``md5(string_agg(id::text, ',' ORDER BY id))`` in Python."""
+    every_id = sorted(i for ids in ids_by_species.values() for i in ids)
+    return SampleSummary(
+        records=len(every_id),
+        species=sum(1 for ids in ids_by_species.values() if ids),
+        ids_md5=md5_text(",".join(str(i) for i in every_id)),
+    )
