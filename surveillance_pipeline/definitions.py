@@ -10,8 +10,9 @@ from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, GBIF_SOURCE_VARIABLE, data_dir
+from surveillance_pipeline.snapshots import definitions as snapshots
 
-DOMAINS = (occurrences.defs, samples.defs)
+DOMAINS = (occurrences.defs, samples.defs, snapshots.defs)
 
 
 def live_resources() -> dict[str, Any]:

@@ -35,6 +35,15 @@ class DataPaths(dg.ConfigurableResource):
     def derived(self, slug: str) -> Path:
         return Path(self.root) / "derived" / f"{slug}.csv"
 
+    def deliveries(self, slug: str) -> Path:
+        return Path(self.root) / "deliveries" / slug
+
+    def batches(self) -> Path:
+        return Path(self.root) / "batches"
+
+    def exports(self, name: str) -> Path:
+        return Path(self.root) / "exports" / name
+
 
 class GbifSource(dg.ConfigurableResource):
     """Which GBIF client ingest talks to. ``lab`` serves the built-in deterministic lab data."""

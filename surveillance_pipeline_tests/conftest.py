@@ -15,7 +15,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-PROJECT_TABLES = ("occurrences", "species", "job_state", "provenance", "target_schema")
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
@@ -51,9 +50,12 @@ def database_url(server_url: str) -> Iterator[str]:
 
 @pytest.fixture()
 def db(database_url: str) -> Iterator[psycopg.Connection]:
-    """An autocommit connection to an empty project schema."""
+    """An autocommit connection to an empty project schema (every table but PostGIS's own dropped)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        for table in PROJECT_TABLES:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'spatial_ref_sys'"
+        ).fetchall()
+        for (table,) in tables:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(table)))
         yield conn
 

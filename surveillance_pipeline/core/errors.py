@@ -19,3 +19,12 @@ class InputError(ValueError):
 
 class StaleInputError(RuntimeError):
     """An input that no longer matches what this code would produce or request now."""
+
+
+def decode_utf8(path: Path | str, data: bytes) -> str:
+    """The text of a UTF-8 file; InputError naming the line and byte of the first invalid sequence."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise InputError(path, f"line {line} (byte {error.start})", None, "not valid UTF-8") from None

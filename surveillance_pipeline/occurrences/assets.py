@@ -4,7 +4,6 @@ Each asset reports its data version (the raw and derived files' sha256; the job 
 ``action`` (loaded or skipped) and a ``reason``, and writes one provenance row.
 """
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,9 +40,6 @@ class OccurrencesConfig(dg.Config):
     licenses: list[str] = list(LICENSES)
     require_coordinates: bool = False
 
-
-# backfill_policy is marked beta; we rely on it knowingly (tests pin the behaviour), so say it once here.
-warnings.filterwarnings("ignore", category=dg.BetaWarning, message="Parameter `backfill_policy`")
 
 Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.errors import InputError, decode_utf8
 from surveillance_pipeline.core.keys import sha256_hex
 
 RAW_FORMAT = 1
@@ -55,11 +55,9 @@ def normalize_records(
 def read_raw_snapshot(path: Path) -> RawSnapshot:
     """Read a raw snapshot, naming the file and line when it is not the JSON we wrote."""
     try:
-        document = json.loads(path.read_bytes())
+        document = json.loads(decode_utf8(path, path.read_bytes()))
     except FileNotFoundError:
         raise InputError(path, "file", None, "raw snapshot is missing: materialize gbif_raw first") from None
-    except UnicodeDecodeError as error:
-        raise InputError(path, f"byte {error.start}", None, "not valid UTF-8") from None
     except json.JSONDecodeError as error:
         raise InputError(
             path, f"line {error.lineno} column {error.colno}", None, f"malformed JSON: {error.msg}"

@@ -1,0 +1,60 @@
+"""Apply a batch at most once: the ledger row and the batch's rows commit in one transaction.
+
+The ledger is keyed by the batch's checksum, so it answers "was this batch applied?", not "what does the
+target hold?". That is right for batches that add up (daily feeds upserted by gbifID) and wrong for
+snapshots: after A, B, A the ledger skips the second A and the target keeps B (the tests show it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from surveillance_pipeline.core.keys import advisory_lock_id
+from surveillance_pipeline.core.sql_files import load_sql
+
+PACKAGE = "surveillance_pipeline.ledger"
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    applied: bool
+    checksum: str
+    rows: int
+    applied_at: str
+
+
+def ensure_ledger(conn: psycopg.Connection) -> None:
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("batch-ledger")])
+        conn.execute(load_sql(PACKAGE, "create_batch_ledger"))
+
+
+def apply_batch_once(
+    conn: psycopg.Connection,
+    *,
+    target: str,
+    partition_key: str,
+    checksum: str,
+    apply: Callable[[psycopg.Connection], int],
+) -> BatchOutcome:
+    """Run ``apply`` unless the ledger has ``checksum``; record it in the same transaction."""
+    ensure_ledger(conn)
+    with conn.transaction():
+        # Two runs with the same batch serialize here; the second then finds the ledger row.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("batch", checksum)])
+        seen = conn.execute(
+            "SELECT rows, applied_at::text FROM batch_ledger WHERE checksum = %s", [checksum]
+        ).fetchone()
+        if seen is not None:
+            return BatchOutcome(False, checksum, seen[0], seen[1])
+        rows = apply(conn)
+        applied_at = conn.execute(
+            "INSERT INTO batch_ledger (checksum, target, partition_key, rows, status) "
+            "VALUES (%s, %s, %s, %s, 'applied') RETURNING applied_at::text",
+            [checksum, target, partition_key, rows],
+        ).fetchone()
+    assert applied_at is not None
+    return BatchOutcome(True, checksum, rows, applied_at[0])

@@ -1,0 +1,72 @@
+"""devil_delivery (observed) -> devil_snapshot, with the check that the table holds what was delivered."""
+
+import dagster as dg
+
+from surveillance_pipeline.core.errors import StaleInputError
+from surveillance_pipeline.reporting import materialize_result
+from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.snapshots import devil
+from surveillance_pipeline.snapshots.deliveries import Delivery, newest_delivery, read_delivery
+
+
+def newest_devil_delivery(paths: DataPaths) -> Delivery:
+    folder = paths.deliveries(devil.DEVIL_SLUG)
+    path = newest_delivery(folder)
+    if path is None:
+        raise StaleInputError(f"{folder}: no delivery yet (write one, e.g. with the lab_deliveries command)")
+    return read_delivery(path)
+
+
+@dg.observable_source_asset(
+    group_name="snapshots",
+    description="The newest file in data/deliveries/sarcophilus-harrisii/ (by name); "
+    "data version = its sha256.",
+)
+def devil_delivery(paths: DataPaths) -> dg.ObserveResult:
+    path = newest_delivery(paths.deliveries(devil.DEVIL_SLUG))
+    if path is None:
+        return dg.ObserveResult(data_version=dg.DataVersion("none"), metadata={"file": "none"})
+    delivery = read_delivery(path)
+    return dg.ObserveResult(
+        data_version=dg.DataVersion(delivery.sha256), metadata={"file": path.name, "rows": delivery.rows}
+    )
+
+
+class DevilSnapshotConfig(dg.Config):
+    """What shapes devil_snapshot's rows (and so enters its job key)."""
+
+    cap: int = devil.DEFAULT_CAP
+    licenses: list[str] = list(devil.DEFAULT_LICENSES)
+
+
+@dg.asset(
+    group_name="snapshots",
+    deps=[devil_delivery],
+    # Names the versions current at import; the job key reads them at run time.
+    code_version=f"transform-v{devil.CURRENT_TRANSFORM}.schema-v{devil.CURRENT_SCHEMA}",
+    pool="devil_snapshot",
+    description="The devil's newest delivery: the configured licenses, the first `cap` by md5(id::text) "
+    "then id. Holds exactly one delivery under a job key; transform and schema versions are registries.",
+)
+def devil_snapshot(
+    context: dg.AssetExecutionContext, config: DevilSnapshotConfig, paths: DataPaths, warehouse: Warehouse
+) -> dg.MaterializeResult:
+    delivery = newest_devil_delivery(paths)
+    rules = devil.SnapshotRules(cap=config.cap, licenses=tuple(config.licenses))
+    with warehouse.connect() as conn:
+        outcome = devil.refresh_devil_snapshot(
+            conn, delivery=delivery, rules=rules, run_id=context.run.run_id
+        )
+    return materialize_result(outcome, delivery=delivery.path.name, table="devil_snapshot")
+
+
+@dg.asset_check(
+    asset=devil_snapshot,
+    description="The table's rows equal what the newest delivery gives under the recorded transform "
+    "and config.",
+)
+def devil_snapshot_holds(paths: DataPaths, warehouse: Warehouse) -> dg.AssetCheckResult:
+    delivery = newest_devil_delivery(paths)
+    with warehouse.connect() as conn:
+        verdict = devil.snapshot_holds(conn, delivery)
+    return dg.AssetCheckResult(passed=verdict.holds, metadata={"detail": verdict.detail})

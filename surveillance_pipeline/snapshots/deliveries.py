@@ -1,0 +1,83 @@
+"""Delivered files (``data/deliveries/<slug>/<YYYY-MM-DD>.csv``): ``id,year,license`` lines, checked.
+
+The newest delivery is the one whose file name sorts last. Every line is checked before anything is
+loaded, and a bad one is named by file, line and field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from surveillance_pipeline.core.errors import InputError, decode_utf8
+from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, YEAR_RANGE
+from surveillance_pipeline.occurrences.licenses import LICENSES
+
+DELIVERY_HEADER = "id,year,license"
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    path: Path
+    data: bytes
+    rows: int
+
+    @property
+    def sha256(self) -> str:
+        return sha256_hex(self.data)
+
+
+def newest_delivery(folder: Path) -> Path | None:
+    """The delivery whose name sorts last, or None when the folder has none."""
+    if not folder.is_dir():
+        return None
+    candidates = sorted(folder.glob("*.csv"))
+    return candidates[-1] if candidates else None
+
+
+def read_delivery(path: Path) -> Delivery:
+    """The delivery's bytes after checking every line; InputError names the file, line and field."""
+    if path.is_symlink() or not path.is_file():
+        raise InputError(
+            path, "file", None, "a delivery must be a regular file (not a directory or a symlink)"
+        )
+    data = path.read_bytes()
+    lines = decode_utf8(path, data).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines or lines[0] != DELIVERY_HEADER:
+        found = lines[0] if lines else "an empty file"
+        raise InputError(path, "line 1", None, f"expected the header {DELIVERY_HEADER!r}, found {found!r}")
+    seen: dict[int, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split(",")
+        if len(fields) != 3:
+            raise InputError(
+                path, f"line {number}", None, f"expected 3 fields (id,year,license), found {len(fields)}"
+            )
+        raw_id, raw_year, license_name = fields
+        if not _WHOLE_NUMBER.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
+            raise InputError(
+                path, f"line {number}", "id", f"expected a gbifID in 1..{MAX_GBIF_ID}, got {raw_id!r}"
+            )
+        gbif_id = int(raw_id)
+        if gbif_id in seen:
+            raise InputError(
+                path, f"line {number}", "id", f"duplicate id {gbif_id}, first on line {seen[gbif_id]}"
+            )
+        seen[gbif_id] = number
+        if raw_year and (
+            not _WHOLE_NUMBER.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
+        ):
+            raise InputError(
+                path,
+                f"line {number}",
+                "year",
+                f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}",
+            )
+        if license_name not in LICENSES:
+            raise InputError(path, f"line {number}", "license", f"unknown license {license_name!r}")
+    return Delivery(path, data, len(lines) - 1)

@@ -1,0 +1,7 @@
+-- devil_snapshot, schema version 1.
+CREATE TABLE {devil_snapshot} (
+    id      bigint  PRIMARY KEY,
+    year    integer,
+    license text    NOT NULL,
+    pick    integer NOT NULL UNIQUE CHECK (pick >= 1)
+)

@@ -1,0 +1,5 @@
+CREATE TEMPORARY TABLE incoming_delivery (
+    id      bigint,
+    year    integer,
+    license text
+) ON COMMIT DROP
