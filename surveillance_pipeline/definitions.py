@@ -5,14 +5,15 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline import jobs
+from surveillance_pipeline.jobs import jobs_for
+from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, GBIF_SOURCE_VARIABLE, data_dir
 from surveillance_pipeline.snapshots import definitions as snapshots
 
-DOMAINS = (occurrences.defs, samples.defs, snapshots.defs)
+DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs)
 
 
 def live_resources() -> dict[str, Any]:
@@ -27,8 +28,7 @@ def live_resources() -> dict[str, Any]:
 def assemble(resources: dict[str, Any]) -> dg.Definitions:
     """The whole code location over the given resources (tests pass their own database and folders)."""
     assets = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
-    job_defs = dg.Definitions(jobs=[jobs.species_assets_job(assets), jobs.whole_target_assets_job(assets)])
-    return dg.Definitions.merge(*DOMAINS, job_defs, dg.Definitions(resources=resources))
+    return dg.Definitions.merge(*DOMAINS, dg.Definitions(jobs=jobs_for(assets), resources=resources))
 
 
 defs = assemble(live_resources())

@@ -1,18 +1,31 @@
-"""Jobs over the asset graph: one per partitioning, so one run can cover every partition of its assets."""
+"""Jobs over the asset graph, one per partitioning, so one run can cover every partition of its assets."""
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
+from surveillance_pipeline.ledger.assets import batch_days
 from surveillance_pipeline.occurrences.partitions import species_partitions
 
-
-def species_assets_job(asset_graph_assets: list[dg.AssetsDefinition]) -> UnresolvedAssetJobDefinition:
-    """Every asset partitioned by species (ingest to samples): what `make run` and the weekly refresh run."""
-    keys = [a.key for a in asset_graph_assets if a.partitions_def == species_partitions]
-    return dg.define_asset_job("species_assets", selection=dg.AssetSelection.assets(*keys))
+SPECIES_ASSETS_JOB = "species_assets"
+WHOLE_TARGET_ASSETS_JOB = "whole_target_assets"
+BATCH_DAYS_JOB = "batch_days"
 
 
-def whole_target_assets_job(asset_graph_assets: list[dg.AssetsDefinition]) -> UnresolvedAssetJobDefinition:
-    """Every unpartitioned asset (summaries, snapshots, exports), with their checks."""
-    keys = [a.key for a in asset_graph_assets if a.partitions_def is None]
-    return dg.define_asset_job("whole_target_assets", selection=dg.AssetSelection.assets(*keys))
+def _job(name: str, assets: list[dg.AssetsDefinition], partitions: dg.PartitionsDefinition | None, what: str):
+    keys = [a.key for a in assets if a.partitions_def == partitions]
+    return dg.define_asset_job(name, selection=dg.AssetSelection.assets(*keys), description=what)
+
+
+def jobs_for(assets: list[dg.AssetsDefinition]) -> list[UnresolvedAssetJobDefinition]:
+    return [
+        _job(
+            SPECIES_ASSETS_JOB,
+            assets,
+            species_partitions,
+            "Every species-partitioned asset, ingest to samples.",
+        ),
+        _job(
+            WHOLE_TARGET_ASSETS_JOB, assets, None, "Every unpartitioned asset: summaries, snapshots, exports."
+        ),
+        _job(BATCH_DAYS_JOB, assets, batch_days, "Every daily-partitioned asset: the batch feed."),
+    ]

@@ -1,8 +1,9 @@
 """``make run``: materialize every asset on the lab data, then summarize what each asset did.
 
-One run covers all 71 species partitions of the species-partitioned assets (not one process per partition),
-and one more run the unpartitioned assets, both against the project's Dagster instance so they show in the
-UI. The summary comes from the provenance rows the runs wrote.
+One run per partitioning, each over all its partitions (not one process per partition): the 71 species,
+the days that have a batch file, then the unpartitioned assets. All run against the project's Dagster
+instance, so they show in the UI. The summary comes from the provenance rows the runs wrote. The lab's
+inputs (delivery A of the devil, three weeks of batches) are written first when none are there.
 """
 
 from __future__ import annotations
@@ -11,42 +12,68 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import dagster as dg
 import psycopg
 
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
+from surveillance_pipeline.ledger.lab_batches import write_lab_batches
 from surveillance_pipeline.reporting import partition_range_tags
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE
+from surveillance_pipeline.snapshots.deliveries import newest_delivery
+from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
+from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+LAB_DELIVERY_A_DATE = "2026-11-02"
 ASSET_ORDER = (
     "gbif_raw",
     "gbif_derived",
     "occurrences",
     "occurrence_sample",
+    "occurrence_batches",
     "occurrence_sample_summary",
+    "devil_snapshot",
 )
+
+
+def prepare_lab_inputs(root: Path) -> None:
+    """Write the lab's delivery A and its batches, unless the user's folders already hold some."""
+    if newest_delivery(root / "deliveries" / DEVIL_SLUG) is None:
+        write_lab_delivery(root, "A", LAB_DELIVERY_A_DATE)
+    if not sorted((root / "batches").glob("*.csv")):
+        write_lab_batches(root)
+
+
+def batch_days_present(root: Path) -> list[str]:
+    return sorted(path.stem for path in (root / "batches").glob("*.csv"))
 
 
 def run_all_partitions(
     instance: dg.DagsterInstance, definitions: dg.Definitions = defs
 ) -> list[dg.ExecuteInProcessResult]:
-    """One run over every species partition, then one of the unpartitioned assets if the first succeeded."""
-    keys = partition_keys()
-    species_run = definitions.resolve_job_def("species_assets").execute_in_process(
-        instance=instance,
-        tags=partition_range_tags(keys[0], keys[-1]),
-        run_config=QUIET_CONSOLE,
-        raise_on_error=False,
-    )
-    if not species_run.success:
-        return [species_run]
-    whole_run = definitions.resolve_job_def("whole_target_assets").execute_in_process(
-        instance=instance, run_config=QUIET_CONSOLE, raise_on_error=False
-    )
-    return [species_run, whole_run]
+    """One run per partitioning, each over all its partitions; stops at the first that fails."""
+    root = Path(definitions.resources["paths"].root)
+    prepare_lab_inputs(root)
+    species = partition_keys()
+    days = batch_days_present(root)
+    plan = [
+        (SPECIES_ASSETS_JOB, partition_range_tags(species[0], species[-1])),
+        (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
+        (WHOLE_TARGET_ASSETS_JOB, {}),
+    ]
+    results = []
+    for job_name, tags in plan:
+        result = definitions.resolve_job_def(job_name).execute_in_process(
+            instance=instance, tags=tags, run_config=QUIET_CONSOLE, raise_on_error=False
+        )
+        results.append(result)
+        if not result.success:
+            break
+    return results
 
 
 def summarize(database_url: str, run_ids: list[str]) -> list[str]:

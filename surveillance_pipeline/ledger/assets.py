@@ -1,0 +1,63 @@
+"""occurrence_batches: one daily partition per batch file, applied once each through the batch ledger."""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from surveillance_pipeline.core.keys import JobKeyParts
+from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
+from surveillance_pipeline.ledger.feed import SCHEMA_VERSION, TARGET, apply_batch, batch_path, read_batch
+from surveillance_pipeline.ledger.lab_batches import FIRST_DAY
+from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
+from surveillance_pipeline.resources import DataPaths, Warehouse
+
+batch_days = dg.DailyPartitionsDefinition(start_date=FIRST_DAY.isoformat())
+NO_BATCH = "none"
+
+
+@dg.asset(
+    partitions_def=batch_days,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name="ledger",
+    code_version=f"feed-schema-v{SCHEMA_VERSION}",
+    pool=TARGET,
+    description="data/batches/<day>.csv upserted by gbifID into occurrence_feed; the batch_ledger (keyed by "
+    "the file's sha256) skips a batch already applied. Data version = the batch's sha256.",
+)
+def occurrence_batches(
+    context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse
+) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+    with warehouse.connect() as conn:
+
+        def apply_day(day: str) -> PartitionReport:
+            path = batch_path(paths.batches(), day)
+            if not path.exists():
+                parts = JobKeyParts(input=NO_BATCH, transform=1, config={}, schema=SCHEMA_VERSION)
+                outcome = RefreshOutcome(SKIPPED, f"no batch file for {day}", parts.key, parts.as_dict(), 0)
+                record_provenance(
+                    conn,
+                    run_id=context.run.run_id,
+                    asset="occurrence_batches",
+                    partition_key=day,
+                    outcome=outcome,
+                )
+                return outcome_report(outcome, NO_BATCH, file=str(path))
+            batch = read_batch(path)
+            applied = apply_batch(conn, batch)
+            parts = JobKeyParts(input=batch.checksum, transform=1, config={}, schema=SCHEMA_VERSION)
+            reason = "new batch" if applied.applied else "batch already applied"
+            outcome = RefreshOutcome(
+                LOADED if applied.applied else SKIPPED, reason, parts.key, parts.as_dict(), applied.rows
+            )
+            record_provenance(
+                conn,
+                run_id=context.run.run_id,
+                asset="occurrence_batches",
+                partition_key=day,
+                outcome=outcome,
+            )
+            return outcome_report(
+                outcome, batch.checksum, file=str(path), batch_rows=batch.rows, applied_at=applied.applied_at
+            )
+
+        yield from report_partitions(context, apply_day, upstream=None)

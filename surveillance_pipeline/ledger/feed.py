@@ -1,0 +1,125 @@
+"""Daily batches (``data/batches/YYYY-MM-DD.csv``) applied once each to ``occurrence_feed``.
+
+A batch file is ``id,species,year,longitude,latitude,license``: each day's new records, each with its gbifID.
+The batch ledger skips a file it has applied (same sha256); a corrected file for a day is a new batch and
+upserts, changing exactly the corrected rows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from surveillance_pipeline.core.errors import InputError, decode_utf8
+from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.refresh import TargetSchema, ensure_target_schema
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.ledger.batches import BatchOutcome, apply_batch_once
+from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, YEAR_RANGE
+from surveillance_pipeline.occurrences.licenses import LICENSES
+
+PACKAGE = "surveillance_pipeline.ledger"
+TARGET = "occurrence_feed"
+SCHEMA_VERSION = 1
+BATCH_HEADER = "id,species,year,longitude,latitude,license"
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
+
+FEED_SCHEMA = TargetSchema(
+    table=TARGET,
+    version=SCHEMA_VERSION,
+    create=lambda table: load_sql(PACKAGE, "create_occurrence_feed").format(occurrence_feed=table),
+)
+
+
+@dataclass(frozen=True)
+class Batch:
+    path: Path
+    day: date
+    data: bytes
+    rows: int
+
+    @property
+    def checksum(self) -> str:
+        return sha256_hex(self.data)
+
+
+def batch_path(folder: Path, day: str) -> Path:
+    return folder / f"{day}.csv"
+
+
+def read_batch(path: Path) -> Batch:
+    """A checked batch file; InputError names the file, line and field of the first problem."""
+    try:
+        day = date.fromisoformat(path.stem)
+    except ValueError:
+        raise InputError(path, "file name", None, "a batch is named by its day, YYYY-MM-DD.csv") from None
+    if path.is_symlink() or not path.is_file():
+        raise InputError(path, "file", None, "a batch must be a regular file (not a directory or a symlink)")
+    data = path.read_bytes()
+    lines = decode_utf8(path, data).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines or lines[0] != BATCH_HEADER:
+        raise InputError(path, "line 1", None, f"expected the header {BATCH_HEADER!r}")
+    species = set(partition_keys())
+    seen: dict[int, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split(",")
+        where = f"line {number}"
+        if len(fields) != 6:
+            raise InputError(path, where, None, f"expected 6 fields ({BATCH_HEADER}), found {len(fields)}")
+        raw_id, slug, raw_year, raw_longitude, raw_latitude, license_name = fields
+        if not _WHOLE_NUMBER.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
+            raise InputError(path, where, "id", f"expected a gbifID in 1..{MAX_GBIF_ID}, got {raw_id!r}")
+        if int(raw_id) in seen:
+            raise InputError(path, where, "id", f"duplicate id, first on line {seen[int(raw_id)]}")
+        seen[int(raw_id)] = number
+        if slug not in species:
+            raise InputError(path, where, "species", f"{slug!r} is not in the species registry")
+        if raw_year and (
+            not _WHOLE_NUMBER.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
+        ):
+            raise InputError(
+                path, where, "year", f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}"
+            )
+        _check_coordinates(path, where, raw_longitude, raw_latitude)
+        if license_name and license_name not in LICENSES:
+            raise InputError(path, where, "license", f"unknown license {license_name!r}")
+    return Batch(path, day, data, len(lines) - 1)
+
+
+def _check_coordinates(path: Path, where: str, raw_longitude: str, raw_latitude: str) -> None:
+    if not raw_longitude and not raw_latitude:
+        return
+    for name, raw, limit in (("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InputError(path, where, name, f"expected a number, got {raw!r}") from None
+        if not math.isfinite(value) or not -limit <= value <= limit:
+            raise InputError(path, where, name, f"{raw} is not a number in -{limit}..{limit}")
+
+
+def apply_batch(conn: psycopg.Connection, batch: Batch) -> BatchOutcome:
+    """Apply ``batch`` to occurrence_feed unless the ledger has its checksum; one transaction for both."""
+
+    def upsert(connection: psycopg.Connection) -> int:
+        if ensure_target_schema(connection, FEED_SCHEMA, TARGET):
+            # A rebuilt feed is empty: the ledger must forget what it had applied to the old one.
+            connection.execute("DELETE FROM batch_ledger WHERE target = %s", [TARGET])
+        connection.execute(load_sql(PACKAGE, "create_incoming_batch"))
+        with connection.cursor().copy("COPY incoming_batch FROM STDIN (FORMAT csv, HEADER true)") as copy:
+            copy.write(batch.data)
+        statement = load_sql(PACKAGE, "upsert_batch").format(occurrence_feed=sql.Identifier(TARGET))
+        return connection.execute(statement, {"batch_date": batch.day}).rowcount
+
+    return apply_batch_once(
+        conn, target=TARGET, partition_key=batch.day.isoformat(), checksum=batch.checksum, apply=upsert
+    )
