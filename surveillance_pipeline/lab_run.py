@@ -22,7 +22,7 @@ from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
 from surveillance_pipeline.ledger.lab_batches import write_lab_batches
 from surveillance_pipeline.reporting import partition_range_tags
-from surveillance_pipeline.settings import DATABASE_URL_VARIABLE
+from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
@@ -53,10 +53,13 @@ def batch_days_present(root: Path) -> list[str]:
 
 
 def run_all_partitions(
-    instance: dg.DagsterInstance, definitions: dg.Definitions = defs
+    instance: dg.DagsterInstance, definitions: dg.Definitions = defs, root: Path | None = None
 ) -> list[dg.ExecuteInProcessResult]:
-    """One run per partitioning, each over all its partitions; stops at the first that fails."""
-    root = Path(definitions.resources["paths"].root)
+    """One run per partitioning, each over all its partitions; stops at the first that fails.
+
+    ``root`` is the data folder the definitions' ``paths`` resource points at.
+    """
+    root = root or data_dir()
     prepare_lab_inputs(root)
     species = partition_keys()
     days = batch_days_present(root)

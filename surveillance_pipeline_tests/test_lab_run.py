@@ -25,7 +25,7 @@ def _events_per_partition(instance, asset):
 
 def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_dir, postgres_instance):
     definitions = _definitions(database_url, data_dir)
-    first = run_all_partitions(postgres_instance, definitions)
+    first = run_all_partitions(postgres_instance, definitions, data_dir)
     assert [r.success for r in first] == [True, True]
     lines = summarize(database_url, [r.run_id for r in first])
     assert lines[1].split()[:4] == ["gbif_raw", "71", "0", "26391"]
@@ -50,7 +50,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
         assert data_version(postgres_instance, "occurrences", key) == states[key]
 
     xmins = db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone()
-    second = run_all_partitions(postgres_instance, definitions)
+    second = run_all_partitions(postgres_instance, definitions, data_dir)
     assert all(r.success for r in second)
     for line in summarize(database_url, [r.run_id for r in second])[1:]:
         asset, loaded, skipped = line.split()[:3]
