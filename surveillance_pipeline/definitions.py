@@ -8,12 +8,13 @@ import dagster as dg
 from surveillance_pipeline.jobs import jobs_for
 from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
+from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, GBIF_SOURCE_VARIABLE, data_dir
 from surveillance_pipeline.snapshots import definitions as snapshots
 
-DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs)
+DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs)
 
 
 def live_resources() -> dict[str, Any]:

@@ -7,10 +7,23 @@ from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.load import SCHEMA_VERSION, TRANSFORM_VERSION
 
 
-def test_definitions_load_with_the_spine_assets():
+def test_definitions_load_with_every_asset_the_issues_name():
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert {"gbif_raw", "gbif_derived", "occurrences"} <= keys
+    assert keys == {
+        "gbif_raw",
+        "gbif_derived",
+        "occurrences",
+        "occurrence_sample",
+        "occurrence_sample_summary",
+        "devil_delivery",
+        "devil_snapshot",
+        "occurrence_batches",
+        "sample_export",
+        "devil_snapshot_export",
+    }
+    checks = {key.name for key in graph.asset_check_keys}
+    assert checks == {"sample_engines_agree", "devil_snapshot_holds"}
     assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
 

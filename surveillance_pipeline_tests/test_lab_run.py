@@ -11,7 +11,7 @@ from surveillance_pipeline.lab_run import run_all_partitions, summarize
 from surveillance_pipeline_tests.pipeline import SPINE, data_version, resources
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
-ASSETS = ("gbif_raw", "gbif_derived", "occurrences", "occurrence_sample")
+ASSETS = ("gbif_raw", "gbif_derived", "occurrences", "occurrence_sample", "occurrence_batches")
 
 
 def _definitions(database_url, data_dir):
@@ -26,17 +26,32 @@ def _events_per_partition(instance, asset):
 def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_dir, postgres_instance):
     definitions = _definitions(database_url, data_dir)
     first = run_all_partitions(postgres_instance, definitions, data_dir)
-    assert [r.success for r in first] == [True, True]
+    assert [r.success for r in first] == [True, True, True]
     lines = summarize(database_url, [r.run_id for r in first])
-    assert lines[1].split()[:4] == ["gbif_raw", "71", "0", "26391"]
-    assert lines[3].split()[:4] == ["occurrences", "71", "0", "26391"]
-    assert "first load (71)" in lines[3]
-    assert lines[4].split()[:4] == ["occurrence_sample", "71", "0", "4766"]
-    assert lines[5].split()[:4] == ["occurrence_sample_summary", "1", "0", "4766"]
-    summary = first[1].asset_materializations_for_node("occurrence_sample_summary")[0].metadata
+    table = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
+    assert table == {
+        "gbif_raw": ["71", "0", "26391"],
+        "gbif_derived": ["71", "0", "26391"],
+        "occurrences": ["71", "0", "26391"],
+        "occurrence_sample": ["71", "0", "4766"],
+        "occurrence_batches": ["21", "0", "1257"],
+        "occurrence_sample_summary": ["1", "0", "4766"],
+        "devil_snapshot": ["1", "0", "1000"],
+        "sample_export": ["1", "0", "4766"],
+        "devil_snapshot_export": ["1", "0", "1000"],
+    }
+    assert all("first load" in line or "new batch" in line for line in lines[1:])
+    summary = first[2].asset_materializations_for_node("occurrence_sample_summary")[0].metadata
     assert (summary["records"].value, summary["species"].value) == (4766, 71)
-    checks = first[1].get_asset_check_evaluations()
-    assert [(c.check_name, c.passed) for c in checks] == [("sample_engines_agree", True)]
+    checks = first[2].get_asset_check_evaluations()
+    assert sorted((c.check_name, c.passed) for c in checks) == [
+        ("devil_snapshot_holds", True),
+        ("sample_engines_agree", True),
+    ]
+    exports = sorted(
+        p.relative_to(data_dir).as_posix() for p in (data_dir / "exports").rglob("*") if p.is_file()
+    )
+    export_bytes = {name: (data_dir / name).read_bytes() for name in exports}
 
     states = dict(
         db.execute("SELECT partition_key, job_key FROM job_state WHERE job = 'occurrences'").fetchall()
@@ -46,6 +61,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     for asset in ASSETS:
         # The deferred-events run tag: exactly one event per partition, none with a shared version.
         assert set(_events_per_partition(postgres_instance, asset).values()) == {1}, asset
+    assert len(_events_per_partition(postgres_instance, "occurrence_batches")) == 21
     for key in partition_keys():
         assert data_version(postgres_instance, "occurrences", key) == states[key]
 
@@ -54,9 +70,11 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     assert all(r.success for r in second)
     for line in summarize(database_url, [r.run_id for r in second])[1:]:
         asset, loaded, skipped = line.split()[:3]
-        expected = "1" if asset == "occurrence_sample_summary" else "71"
+        expected = table[asset][0]
         assert (loaded, skipped) == ("0", expected), line
-        assert line.endswith(f"nothing changed ({expected})")
+        why = "batch already applied" if asset == "occurrence_batches" else "nothing changed"
+        assert line.endswith(f"{why} ({expected})"), line
+    assert {name: (data_dir / name).read_bytes() for name in exports} == export_bytes
     assert (
         db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone() == xmins
     )

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_recorded_key, report_derived_output
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
@@ -23,10 +23,10 @@ from surveillance_pipeline.samples.engines import (
 )
 from surveillance_pipeline.samples.load import (
     DEFAULT_CAP,
-    JOB,
     SCHEMA_VERSION,
     TRANSFORM_VERSION,
     refresh_species_sample,
+    sample_state_digest,
 )
 
 SUMMARY_VERSION = 1
@@ -79,12 +79,10 @@ def occurrence_sample_summary(
         with conn.transaction():
             # One snapshot for the state rows and the summary they describe.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            sample_keys = conn.execute(
-                "SELECT partition_key, job_key FROM job_state WHERE job = %s ORDER BY partition_key", [JOB]
-            ).fetchall()
+            sample_digest = sample_state_digest(conn)
             summary = postgis_summary(conn)
         parts = JobKeyParts(
-            input=sha256_hex(canonical_json(sample_keys).encode()),
+            input=sample_digest,
             transform=SUMMARY_VERSION,
             config={},
             schema=SUMMARY_VERSION,

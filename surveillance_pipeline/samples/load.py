@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from surveillance_pipeline.core.keys import JobKeyParts
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,
     TargetSchema,
@@ -38,6 +38,14 @@ class Drift:
 
     entered: list[tuple[int, int]] = field(default_factory=list)
     left: list[tuple[int, int]] = field(default_factory=list)
+
+
+def sample_state_digest(conn: psycopg.Connection) -> str:
+    """sha256 of every sample partition's job key: what the whole sample holds, as one input checksum."""
+    keys = conn.execute(
+        "SELECT partition_key, job_key FROM job_state WHERE job = %s ORDER BY partition_key", [JOB]
+    ).fetchall()
+    return sha256_hex(canonical_json([list(k) for k in keys]).encode("utf-8"))
 
 
 def sample_job_parts(upstream_key: str, cap: int) -> JobKeyParts:

@@ -1,0 +1,96 @@
+"""Build the sample and devil-snapshot exports from PostGIS (Dagster-free)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+
+from surveillance_pipeline.core.keys import JobKeyParts
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, upstream_job_key
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.releases.exports import (
+    EXPORT_FORMAT,
+    ExportFile,
+    csv_export,
+    export_is_current,
+    geoparquet_export,
+    parquet_export,
+    publish_export,
+)
+from surveillance_pipeline.samples.load import sample_state_digest
+from surveillance_pipeline.snapshots.devil import JOB as DEVIL_JOB
+
+PACKAGE = "surveillance_pipeline.releases"
+EXPORT_VERSION = 1
+ORDER = "ORDER BY id"
+SAMPLE_COLUMNS = ("id", "species", "pick", "year", "longitude", "latitude", "license")
+DEVIL_COLUMNS = ("id", "year", "license", "pick")
+DEVIL_TYPES = (pa.int64(), pa.int32(), pa.string(), pa.int32())
+
+
+@dataclass(frozen=True)
+class BuiltExport:
+    parts: JobKeyParts
+    files: list[ExportFile]
+
+
+def _parts(input_checksum: str) -> JobKeyParts:
+    return JobKeyParts(input=input_checksum, transform=EXPORT_VERSION, config={}, schema=EXPORT_FORMAT)
+
+
+def sample_export_parts(conn: psycopg.Connection) -> JobKeyParts:
+    return _parts(sample_state_digest(conn))
+
+
+def devil_snapshot_export_parts(conn: psycopg.Connection) -> JobKeyParts:
+    return _parts(upstream_job_key(conn, DEVIL_JOB, WHOLE_TARGET))
+
+
+def build_sample_export(conn: psycopg.Connection) -> BuiltExport:
+    """The whole md5 sample as CSV and GeoParquet, read in one snapshot with the state it came from."""
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        parts = sample_export_parts(conn)
+        rows = conn.execute(load_sql(PACKAGE, "select_sample_export_rows")).fetchall()
+    return BuiltExport(
+        parts,
+        [
+            csv_export("sample.csv", SAMPLE_COLUMNS, rows),
+            geoparquet_export("sample.parquet", SAMPLE_COLUMNS, rows),
+        ],
+    )
+
+
+def build_devil_snapshot_export(conn: psycopg.Connection) -> BuiltExport:
+    with conn.transaction():
+        parts = devil_snapshot_export_parts(conn)  # share-locks the state row: rows cannot move under us
+        rows = conn.execute(load_sql(PACKAGE, "select_devil_snapshot_export_rows")).fetchall()
+    return BuiltExport(
+        parts,
+        [
+            csv_export("devil_snapshot.csv", DEVIL_COLUMNS, rows),
+            parquet_export("devil_snapshot.parquet", DEVIL_COLUMNS, DEVIL_TYPES, rows),
+        ],
+    )
+
+
+def export_if_changed(
+    conn: psycopg.Connection,
+    folder: Path,
+    parts_of: Callable[[psycopg.Connection], JobKeyParts],
+    build: Callable[[psycopg.Connection], BuiltExport],
+) -> tuple[JobKeyParts, BuiltExport | None]:
+    """Publish a fresh build unless the folder already holds this job key (files as in its manifest).
+
+    The key is cheap (state rows only); the rows are read and the files built only when it changed.
+    """
+    parts = parts_of(conn)
+    if export_is_current(folder, parts.key):
+        return parts, None
+    built = build(conn)
+    publish_export(folder, built.files, built.parts, ORDER)
+    return built.parts, built

@@ -1,0 +1,7 @@
+"""What the releases domain gives the code location."""
+
+import dagster as dg
+
+from surveillance_pipeline.releases.assets import devil_snapshot_export, sample_export
+
+defs = dg.Definitions(assets=[sample_export, devil_snapshot_export])

@@ -1,0 +1,3 @@
+SELECT id, year, license, pick
+FROM devil_snapshot
+ORDER BY id

@@ -1,0 +1,12 @@
+-- The sample with each record's fields, in id order (the order the export names).
+SELECT sample.id,
+       species.slug AS species,
+       sample.pick,
+       occurrences.year,
+       occurrences.longitude,
+       occurrences.latitude,
+       occurrences.license
+FROM occurrence_sample AS sample
+JOIN occurrences ON occurrences.id = sample.id
+JOIN species ON species.species_id = sample.species_id
+ORDER BY sample.id
