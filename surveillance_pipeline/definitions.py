@@ -1,13 +1,16 @@
-"""The code location: merges each domain's definitions, adds jobs and binds resources. Nothing else."""
+"""The code location: merges each domain's definitions, adds jobs, the schedule and the automation sensor,
+and binds resources. Nothing else."""
 
 import os
 from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline.jobs import jobs_for
+from surveillance_pipeline.automation import automation_sensor
+from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
 from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
+from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
 from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
@@ -29,7 +32,13 @@ def live_resources() -> dict[str, Any]:
 def assemble(resources: dict[str, Any]) -> dg.Definitions:
     """The whole code location over the given resources (tests pass their own database and folders)."""
     assets = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
-    return dg.Definitions.merge(*DOMAINS, dg.Definitions(jobs=jobs_for(assets), resources=resources))
+    operations = dg.Definitions(
+        jobs=jobs_for(assets),
+        schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB)],
+        sensors=[automation_sensor],
+        resources=resources,
+    )
+    return dg.Definitions.merge(*DOMAINS, operations)
 
 
 defs = assemble(live_resources())

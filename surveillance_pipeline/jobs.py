@@ -5,15 +5,24 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 
 from surveillance_pipeline.ledger.assets import batch_days
 from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.run_config import run_config_for
 
 SPECIES_ASSETS_JOB = "species_assets"
 WHOLE_TARGET_ASSETS_JOB = "whole_target_assets"
 BATCH_DAYS_JOB = "batch_days"
 
 
-def _job(name: str, assets: list[dg.AssetsDefinition], partitions: dg.PartitionsDefinition | None, what: str):
+def _job(
+    name: str, assets: list[dg.AssetsDefinition], partitions: dg.PartitionsDefinition | None, what: str
+) -> UnresolvedAssetJobDefinition:
     keys = [a.key for a in assets if a.partitions_def == partitions]
-    return dg.define_asset_job(name, selection=dg.AssetSelection.assets(*keys), description=what)
+    return dg.define_asset_job(
+        name,
+        selection=dg.AssetSelection.assets(*keys),
+        description=what,
+        # The checked-in row-shaping settings, shown (and editable) in the launchpad.
+        config=run_config_for(key.to_user_string() for key in keys),
+    )
 
 
 def jobs_for(assets: list[dg.AssetsDefinition]) -> list[UnresolvedAssetJobDefinition]:

@@ -117,3 +117,14 @@ def _upstream_lineage(
         for key in keys
         if DATA_VERSION_TAG in tags.get(key, {}) and key in storage_ids
     }
+
+
+def recorded_data_version(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition_key: str | None = None
+) -> str | None:
+    """The data version Dagster recorded with an asset's (partition's) latest materialization."""
+    record = instance.get_latest_data_version_record(key, partition_key=partition_key)
+    materialization = record.asset_materialization if record is not None else None
+    if materialization is None or materialization.tags is None:
+        return None
+    return materialization.tags.get(DATA_VERSION_TAG)

@@ -13,6 +13,7 @@ import psycopg
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LabGbifClient
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
+from surveillance_pipeline.reporting import recorded_data_version
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import (
     occurrence_sample,
@@ -129,10 +130,7 @@ def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
 
 
 def data_version(instance: dg.DagsterInstance, asset: str, partition: str = DEVIL) -> str | None:
-    record = instance.get_latest_data_version_record(dg.AssetKey(asset), partition_key=partition)
-    if record is None:
-        return None
-    return record.asset_materialization.tags.get("dagster/data_version")
+    return recorded_data_version(instance, dg.AssetKey(asset), partition)
 
 
 def table_md5(conn: psycopg.Connection, species_id: int | None = None) -> str:

@@ -3,5 +3,6 @@
 import dagster as dg
 
 from surveillance_pipeline.ledger.assets import occurrence_batches
+from surveillance_pipeline.ledger.sensors import batches_sensor
 
-defs = dg.Definitions(assets=[occurrence_batches])
+defs = dg.Definitions(assets=[occurrence_batches], sensors=[batches_sensor])

@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
 from surveillance_pipeline.releases.build import (
@@ -61,6 +62,7 @@ def _manifest_rows(folder: Path) -> int:
 EXPORT_ASSET: dict[str, Any] = {
     "group_name": "releases",
     "code_version": f"export-v{EXPORT_VERSION}.format-v{EXPORT_FORMAT}",
+    "automation_condition": REFRESH_WHEN_INPUTS_CHANGE,
 }
 
 

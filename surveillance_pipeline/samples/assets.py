@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_recorded_key, report_derived_output
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
@@ -42,6 +43,7 @@ class SampleConfig(dg.Config):
     **SPECIES_ASSET,
     group_name="samples",
     deps=[occurrences],
+    automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
     code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
     pool="occurrence_sample",
     description="Per species, the first `cap` occurrences by md5(id::text), then id, computed in PostGIS "
@@ -68,6 +70,7 @@ def occurrence_sample(
 @dg.asset(
     group_name="samples",
     deps=[occurrence_sample],
+    automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
     code_version=f"summary-v{SUMMARY_VERSION}",
     description="The course's summary of occurrence_sample: records, species and "
     "md5(string_agg(id::text, ',' ORDER BY id)) of the picked ids.",

@@ -1,0 +1,43 @@
+"""The batches sensor: a new (or corrected) file in data/batches/ -> a run for that day's partition.
+
+Launch-level skip: a day whose recorded data version is already the file's sha256 requests nothing. The
+run key is the day plus the sha256, so each distinct batch is requested once; the ledger still decides.
+"""
+
+from datetime import date
+
+import dagster as dg
+
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.ledger.assets import batch_days, occurrence_batches
+from surveillance_pipeline.reporting import recorded_data_version
+from surveillance_pipeline.resources import DataPaths
+
+
+@dg.sensor(
+    target=occurrence_batches,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=10,
+    description="A new or corrected data/batches/<day>.csv -> a run of occurrence_batches for that day.",
+)
+def batches_sensor(context: dg.SensorEvaluationContext, paths: DataPaths) -> dg.SensorResult:
+    requests, notes = [], []
+    valid_days = set(batch_days.get_partition_keys(dynamic_partitions_store=context.instance))
+    for path in sorted(paths.batches().glob("*.csv")):
+        day = path.stem
+        try:
+            date.fromisoformat(day)
+        except ValueError:
+            notes.append(f"{path.name}: not named by a day (YYYY-MM-DD.csv)")
+            continue
+        if day not in valid_days:
+            notes.append(f"{path.name}: {day} is not a partition of occurrence_batches")
+            continue
+        checksum = sha256_file(path)
+        if recorded_data_version(context.instance, occurrence_batches.key, day) == checksum:
+            continue
+        requests.append(dg.RunRequest(run_key=f"{day}|{checksum}", partition_key=day))
+    return dg.SensorResult(
+        run_requests=requests,
+        skip_reason=None if requests else "; ".join(["nothing changed", *notes]),
+    )
