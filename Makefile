@@ -32,7 +32,8 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.lab_run
 
-test: provision ## Run the whole test suite against the provisioned PostGIS
+test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
+	@bash scripts/provision_chromium.sh
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m pytest
 

@@ -33,6 +33,9 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
     """The whole code location over the given resources (tests pass their own database and folders)."""
     assets = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
     operations = dg.Definitions(
+        # One process per run, not one per step: our steps form chains, and on two cores each extra
+        # process costs seconds of imports while buying no parallelism.
+        executor=dg.in_process_executor,
         jobs=jobs_for(assets),
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB)],
         sensors=[automation_sensor],

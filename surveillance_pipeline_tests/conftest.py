@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,19 +34,28 @@ def server_url() -> str:
     return url
 
 
-@pytest.fixture(scope="session")
-def database_url(server_url: str) -> Iterator[str]:
-    """A scratch database on the project's server, with PostGIS, dropped at the end of the session."""
-    name = f"surveillance_test_{os.getpid()}"
+@contextmanager
+def scratch_database(server_url: str, prefix: str) -> Iterator[str]:
+    """A new database with PostGIS on the project's server, dropped afterwards; yields its URL."""
+    name = f"{prefix}_{os.getpid()}"
     with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = _with_database(server_url, name)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
-    yield url
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    try:
+        yield url
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """The warehouse the tests load into: a scratch database, emptied per test by ``db``."""
+    with scratch_database(server_url, "surveillance_test") as url:
+        yield url
 
 
 @pytest.fixture()
@@ -80,13 +90,8 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def dagster_storage_url(server_url: str) -> Iterator[str]:
     """A scratch database for a Postgres-backed Dagster instance, like the project's dagster.yaml."""
-    name = f"dagster_test_{os.getpid()}"
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield _with_database(server_url, name).replace("postgresql://", "postgresql+psycopg2://", 1)
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(server_url, "dagster_test") as url:
+        yield url.replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
 @pytest.fixture()

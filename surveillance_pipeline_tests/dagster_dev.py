@@ -1,0 +1,107 @@
+"""A real `dagster dev` (webserver + daemon) for end-to-end tests, and a small GraphQL client for it.
+
+`dagster dev` started in the background ignores SIGINT and SIGTERM inherited as ignored, so it runs in its
+own session with default signal handlers and is stopped by signalling its whole process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DAGSTER = PROJECT_ROOT / ".venv" / "bin" / "dagster"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class DagsterDev:
+    """`dagster dev` over a Postgres-backed instance configured by the project's own dagster.yaml."""
+
+    def __init__(self, home: Path, warehouse_url: str, storage_url: str, data_dir: Path) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        storage = urlsplit(storage_url)
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "DAGSTER_ARTIFACTS_DIR": str(home / "artifacts"),
+            "DAGSTER_COMPUTE_LOGS_DIR": str(home / "compute_logs"),
+            "DAGSTER_PG_USERNAME": storage.username or "",
+            "DAGSTER_PG_PASSWORD": storage.password or "",
+            "DAGSTER_PG_HOST": storage.hostname or "127.0.0.1",
+            "DAGSTER_PG_PORT": str(storage.port or 5432),
+            "DAGSTER_PG_DB": storage.path.lstrip("/"),
+            "SURVEILLANCE_DATABASE_URL": warehouse_url,
+            "SURVEILLANCE_DATA_DIR": str(data_dir),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = home / "dagster_dev.log"
+
+    def start(self, timeout: float = 90) -> None:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(DAGSTER), "dev", "-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"],
+                cwd=PROJECT_ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"dagster dev exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if self.graphql("{ version }")["version"]:
+                    return
+            except OSError:
+                time.sleep(1)
+        raise TimeoutError(f"dagster dev did not answer GraphQL in {timeout} s")
+
+    def stop(self, timeout: float = 30) -> bool:
+        """Stop the whole process group; True when no process of it is left."""
+        assert self.process is not None
+        group = self.process.pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                return True
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.process.poll()
+                try:
+                    os.killpg(group, 0)
+                except ProcessLookupError:
+                    return True
+                time.sleep(0.5)
+        return False
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (our own loopback server)
+            answer = json.loads(response.read())
+        if answer.get("errors"):
+            raise RuntimeError(f"GraphQL errors: {answer['errors']}")
+        return answer["data"]
