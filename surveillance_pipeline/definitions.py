@@ -7,6 +7,7 @@ from typing import Any
 import dagster as dg
 
 from surveillance_pipeline.automation import automation_sensor
+from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
 from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
@@ -14,7 +15,12 @@ from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
 from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
-from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, GBIF_SOURCE_VARIABLE, data_dir
+from surveillance_pipeline.settings import (
+    DATABASE_URL_VARIABLE,
+    GBIF_BASE_URL_VARIABLE,
+    GBIF_SOURCE_VARIABLE,
+    data_dir,
+)
 from surveillance_pipeline.snapshots import definitions as snapshots
 
 DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs)
@@ -25,7 +31,10 @@ def live_resources() -> dict[str, Any]:
         # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
         "warehouse": Warehouse(database_url=dg.EnvVar(DATABASE_URL_VARIABLE)),
         "paths": DataPaths(root=str(data_dir())),
-        "gbif": GbifSource(source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab")),
+        "gbif": GbifSource(
+            source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab"),
+            base_url=os.environ.get(GBIF_BASE_URL_VARIABLE, DEFAULT_BASE_URL),
+        ),
     }
 
 

@@ -79,8 +79,24 @@ def run_all_partitions(
     return results
 
 
-def summarize(database_url: str, run_ids: list[str]) -> list[str]:
-    """One line per asset: partitions loaded and skipped, rows, and the reasons given."""
+def step_seconds(instance: dg.DagsterInstance, run_ids: list[str]) -> dict[str, float]:
+    """Wall time of each step (one per asset) in the runs, from Dagster's own event log."""
+    started: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for run_id in run_ids:
+        for entry in instance.all_logs(run_id):
+            event = entry.dagster_event
+            if event is None or entry.step_key is None:
+                continue
+            if event.event_type == dg.DagsterEventType.STEP_START:
+                started[entry.step_key] = entry.timestamp
+            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and entry.step_key in started:
+                seconds[entry.step_key] = entry.timestamp - started[entry.step_key]
+    return seconds
+
+
+def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] | None = None) -> list[str]:
+    """One line per asset: partitions loaded and skipped, rows, step time, and the reasons given."""
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
             "SELECT asset, action, reason, rows FROM provenance WHERE run_id = ANY(%s)", [run_ids]
@@ -93,12 +109,13 @@ def summarize(database_url: str, run_ids: list[str]) -> list[str]:
         reasons[asset][reason] += 1
         row_totals[asset] += row_count
     width = max([len("asset"), *map(len, actions)])
-    lines = [f"{'asset':<{width}} {'loaded':>6} {'skipped':>7} {'rows':>8}  reason"]
+    seconds = seconds or {}
+    lines = [f"{'asset':<{width}} {'loaded':>6} {'skipped':>7} {'rows':>8} {'seconds':>7}  reason"]
     for asset in sorted(actions, key=lambda a: (ASSET_ORDER.index(a) if a in ASSET_ORDER else 99, a)):
         why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons[asset].items()))
         lines.append(
             f"{asset:<{width}} {actions[asset]['loaded']:>6} {actions[asset]['skipped']:>7}"
-            f" {row_totals[asset]:>8}  {why}"
+            f" {row_totals[asset]:>8} {seconds.get(asset, float('nan')):>7.1f}  {why}"
         )
     return lines
 
@@ -115,14 +132,15 @@ def main() -> int:
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         results = run_all_partitions(instance)
-    elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        seconds = step_seconds(instance, [r.run_id for r in results])
     succeeded = all(r.success for r in results)
     print(
         f"{len(results)} runs ({', '.join(r.run_id[:8] for r in results)}): "
         f"{'succeeded' if succeeded else 'FAILED'} in {elapsed:.1f} s"
         f" ({len(partition_keys())} species partitions)"
     )
-    for line in summarize(os.environ[DATABASE_URL_VARIABLE], [r.run_id for r in results]):
+    for line in summarize(os.environ[DATABASE_URL_VARIABLE], [r.run_id for r in results], seconds):
         print("  " + line)
     for result in results:
         for failure in _failures(result):

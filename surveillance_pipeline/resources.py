@@ -8,6 +8,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbifClient
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LAB_SOURCE, LabGbifClient
 
@@ -46,11 +47,14 @@ class DataPaths(dg.ConfigurableResource):
 
 
 class GbifSource(dg.ConfigurableResource):
-    """Which GBIF client ingest talks to. ``lab`` serves the built-in deterministic lab data."""
+    """Which GBIF client ingest talks to: ``lab`` (the built-in lab data) or ``api`` (GBIF's HTTP API)."""
 
     source: str = LAB_SOURCE
+    base_url: str = DEFAULT_BASE_URL
 
     def client(self) -> GbifClient:
         if self.source == LAB_SOURCE:
             return LabGbifClient()
-        raise ValueError(f"GBIF_SOURCE={self.source!r} is not available; this build knows: {LAB_SOURCE!r}")
+        if self.source == API_SOURCE:
+            return ApiGbifClient(self.base_url)
+        raise ValueError(f"GBIF_SOURCE={self.source!r}: expected {LAB_SOURCE!r} or {API_SOURCE!r}")

@@ -7,7 +7,7 @@ import pytest
 
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.lab_run import run_all_partitions, summarize
+from surveillance_pipeline.lab_run import run_all_partitions, step_seconds, summarize
 from surveillance_pipeline_tests.pipeline import SPINE, data_version, resources
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
@@ -29,6 +29,9 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     assert [r.success for r in first] == [True, True, True]
     lines = summarize(database_url, [r.run_id for r in first])
     table = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
+    assert lines[0].split()[:5] == ["asset", "loaded", "skipped", "rows", "seconds"]
+    seconds = step_seconds(postgres_instance, [r.run_id for r in first])
+    assert set(table) <= set(seconds) and all(s > 0 for s in seconds.values())
     assert table == {
         "gbif_raw": ["71", "0", "26391"],
         "gbif_derived": ["71", "0", "26391"],

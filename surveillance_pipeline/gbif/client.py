@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-# GBIF's occurrence search serves at most 300 records a page.
+# GBIF's occurrence search serves at most 300 records a page, and no record past offset 100,000.
 PAGE_LIMIT = 300
+SEARCH_LIMIT = 100_000
+
+
+class SearchLimitError(RuntimeError):
+    """More records than occurrence search can page through: the user needs a GBIF download."""
 
 
 class GbifClient(Protocol):
@@ -25,6 +30,12 @@ def fetch_all_occurrences(client: GbifClient, params: Mapping[str, Any]) -> list
     offset = 0
     while True:
         page = client.search_occurrences(params, offset=offset, limit=PAGE_LIMIT)
+        count = page.get("count") or 0
+        if count > SEARCH_LIMIT:
+            raise SearchLimitError(
+                f"GBIF counts {count:,} records for {dict(params)}; occurrence search pages through at most "
+                f"{SEARCH_LIMIT:,}. Request a GBIF download for this query and drop it in data/downloads/."
+            )
         results = page.get("results") or []
         records.extend(results)
         if page.get("endOfRecords", True) or not results:

@@ -1,0 +1,101 @@
+"""The live GBIF client: occurrence search and species match over GBIF's v1 HTTP API.
+
+Retries 429 and 5xx answers (and dropped connections) with exponential backoff, honouring ``Retry-After``;
+any other 4xx fails at once with GBIF's own message. Every request names the project in its User-Agent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+API_SOURCE = "api"
+DEFAULT_BASE_URL = "https://api.gbif.org/v1"
+USER_AGENT = "surveillance_pipeline/0.1 (GBIF occurrences into PostGIS)"
+RETRYABLE = {429, 500, 502, 503, 504}
+
+
+class GbifRequestError(RuntimeError):
+    """GBIF refused a request (a 4xx other than 429), or kept failing after every retry."""
+
+    def __init__(self, url: str, status: int | None, message: str) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(f"GBIF answered {status or 'nothing'} for {url}: {message}")
+
+
+class ApiGbifClient:
+    """GBIF's occurrence search and species match, with timeouts, retries and backoff."""
+
+    source = API_SOURCE
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        timeout: float = 30.0,
+        max_attempts: int = 5,
+        backoff_seconds: float = 1.0,
+        max_backoff_seconds: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
+            raise ValueError(f"GBIF base URL must be http(s), got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        self.sleep = sleep
+
+    def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
+        return self.get_json("occurrence/search", {**params, "offset": offset, "limit": limit})
+
+    def species_match(self, name: str) -> dict[str, Any]:
+        """GBIF's backbone match for a scientific name (strict: no fuzzy guesses)."""
+        return self.get_json("species/match", {"name": name, "strict": "true"})
+
+    def get_json(self, path: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        query = urllib.parse.urlencode(sorted((k, str(v)) for k, v in params.items()))
+        url = f"{self.base_url}/{path}?{query}"
+        for attempt in range(1, self.max_attempts + 1):
+            headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+            request = urllib.request.Request(url, headers=headers)  # noqa: S310 (scheme checked in __init__)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (as above)
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                body = error.read().decode("utf-8", "replace")
+                if error.code not in RETRYABLE:
+                    raise GbifRequestError(url, error.code, _gbif_message(body)) from None
+                if attempt == self.max_attempts:
+                    raise GbifRequestError(
+                        url, error.code, f"still failing after {attempt} attempts"
+                    ) from None
+                self.sleep(self._delay(attempt, error.headers.get("Retry-After")))
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+                if attempt == self.max_attempts:
+                    raise GbifRequestError(url, None, f"{error} (after {attempt} attempts)") from None
+                self.sleep(self._delay(attempt, None))
+        raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after and retry_after.strip().isdigit():
+            return min(float(retry_after), self.max_backoff_seconds)
+        return min(self.backoff_seconds * 2 ** (attempt - 1), self.max_backoff_seconds)
+
+
+def _gbif_message(body: str) -> str:
+    """GBIF's error text: a JSON ``message`` when there is one, else the body itself (shortened)."""
+    try:
+        document = json.loads(body)
+    except json.JSONDecodeError:
+        return body.strip()[:500] or "(empty body)"
+    if isinstance(document, dict):
+        return str(document.get("message") or document.get("error") or document)[:500]
+    return str(document)[:500]
