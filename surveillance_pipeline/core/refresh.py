@@ -38,6 +38,11 @@ class TargetSchema:
     # Builds the CREATE statements for this version; receives the table identifier.
     create: Callable[[sql.Identifier], sql.Composed]
 
+    @classmethod
+    def from_sql_file(cls, package: str, name: str, table: str, version: int) -> TargetSchema:
+        """A table built by ``<package>/sql/<name>.sql``, whose ``{table}`` is the quoted table name."""
+        return cls(table, version, lambda identifier: load_sql(package, name).format(table=identifier))
+
 
 @dataclass(frozen=True)
 class RefreshOutcome:

@@ -1,6 +1,7 @@
 """occurrence_batches: one daily partition per batch file, applied once each through the batch ledger."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 
@@ -31,24 +32,21 @@ def occurrence_batches(
 
         def apply_day(day: str) -> PartitionReport:
             path = batch_path(paths.batches(), day)
+            details: dict[str, Any] = {"file": str(path)}
             if not path.exists():
+                version = NO_BATCH
                 parts = JobKeyParts(input=NO_BATCH, transform=1, config={}, schema=SCHEMA_VERSION)
                 outcome = RefreshOutcome(SKIPPED, f"no batch file for {day}", parts.key, parts.as_dict(), 0)
-                record_provenance(
-                    conn,
-                    run_id=context.run.run_id,
-                    asset="occurrence_batches",
-                    partition_key=day,
-                    outcome=outcome,
+            else:
+                batch = read_batch(path)
+                applied = apply_batch(conn, batch)
+                version = batch.checksum
+                parts = JobKeyParts(input=batch.checksum, transform=1, config={}, schema=SCHEMA_VERSION)
+                action, reason = (
+                    (LOADED, "new batch") if applied.applied else (SKIPPED, "batch already applied")
                 )
-                return outcome_report(outcome, NO_BATCH, file=str(path))
-            batch = read_batch(path)
-            applied = apply_batch(conn, batch)
-            parts = JobKeyParts(input=batch.checksum, transform=1, config={}, schema=SCHEMA_VERSION)
-            reason = "new batch" if applied.applied else "batch already applied"
-            outcome = RefreshOutcome(
-                LOADED if applied.applied else SKIPPED, reason, parts.key, parts.as_dict(), applied.rows
-            )
+                outcome = RefreshOutcome(action, reason, parts.key, parts.as_dict(), applied.rows)
+                details.update(batch_rows=batch.rows, applied_at=applied.applied_at)
             record_provenance(
                 conn,
                 run_id=context.run.run_id,
@@ -56,8 +54,6 @@ def occurrence_batches(
                 partition_key=day,
                 outcome=outcome,
             )
-            return outcome_report(
-                outcome, batch.checksum, file=str(path), batch_rows=batch.rows, applied_at=applied.applied_at
-            )
+            return outcome_report(outcome, version, **details)
 
         yield from report_partitions(context, apply_day, upstream=None)

@@ -31,11 +31,7 @@ SCHEMA_VERSION = 1
 BATCH_HEADER = "id,species,year,longitude,latitude,license"
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
 
-FEED_SCHEMA = TargetSchema(
-    table=TARGET,
-    version=SCHEMA_VERSION,
-    create=lambda table: load_sql(PACKAGE, "create_occurrence_feed").format(occurrence_feed=table),
-)
+FEED_SCHEMA = TargetSchema.from_sql_file(PACKAGE, "create_occurrence_feed", TARGET, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)

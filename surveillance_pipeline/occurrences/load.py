@@ -28,11 +28,7 @@ TRANSFORM_VERSION = 1
 SCHEMA_VERSION = 1
 COPY_BLOCK = 1 << 20
 
-OCCURRENCES_SCHEMA = TargetSchema(
-    table=TABLE,
-    version=SCHEMA_VERSION,
-    create=lambda table: load_sql(PACKAGE, "create_occurrences").format(occurrences=table),
-)
+OCCURRENCES_SCHEMA = TargetSchema.from_sql_file(PACKAGE, "create_occurrences", TABLE, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,7 @@ TRANSFORM_VERSION = 1
 SCHEMA_VERSION = 1
 DEFAULT_CAP = 100
 
-SAMPLE_SCHEMA = TargetSchema(
-    table=TABLE,
-    version=SCHEMA_VERSION,
-    create=lambda table: load_sql(PACKAGE, "create_occurrence_sample").format(occurrence_sample=table),
-)
+SAMPLE_SCHEMA = TargetSchema.from_sql_file(PACKAGE, "create_occurrence_sample", TABLE, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 -- occurrence_feed, schema version 1: the daily batches, upserted by gbifID.
-CREATE TABLE {occurrence_feed} (
+CREATE TABLE {table} (
     id           bigint           PRIMARY KEY,  -- GBIF's gbifID
     species_slug text             NOT NULL,
     year         integer,
@@ -9,4 +9,4 @@ CREATE TABLE {occurrence_feed} (
     geom         geometry(Point, 4326),
     batch_date   date             NOT NULL
 );
-CREATE INDEX ON {occurrence_feed} USING gist (geom);
+CREATE INDEX ON {table} USING gist (geom);

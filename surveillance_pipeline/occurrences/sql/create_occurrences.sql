@@ -1,4 +1,4 @@
--- occurrences, schema version 1. {occurrences} is the table identifier, bound by the driver.
+-- occurrences, schema version 1. {table} is the table identifier, bound by the driver.
 CREATE TABLE IF NOT EXISTS species (
     species_id      integer PRIMARY KEY,
     slug            text    NOT NULL UNIQUE,
@@ -7,7 +7,7 @@ CREATE TABLE IF NOT EXISTS species (
     taxon_key       bigint
 );
 
-CREATE TABLE {occurrences} (
+CREATE TABLE {table} (
     id          bigint           PRIMARY KEY,  -- GBIF's gbifID
     species_id  integer          NOT NULL,
     year        integer,
@@ -17,5 +17,5 @@ CREATE TABLE {occurrences} (
     geom        geometry(Point, 4326),
     CHECK ((geom IS NULL) = (longitude IS NULL AND latitude IS NULL))
 );
-CREATE INDEX ON {occurrences} (species_id);
-CREATE INDEX ON {occurrences} USING gist (geom);
+CREATE INDEX ON {table} (species_id);
+CREATE INDEX ON {table} USING gist (geom);

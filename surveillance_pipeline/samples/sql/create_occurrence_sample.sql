@@ -1,6 +1,6 @@
 -- occurrence_sample, schema version 1, and the membership drift each refresh records (the run's job key
 -- is in its provenance row).
-CREATE TABLE {occurrence_sample} (
+CREATE TABLE {table} (
     species_id integer NOT NULL,
     id         bigint  NOT NULL,
     pick       integer NOT NULL CHECK (pick >= 1),
