@@ -45,6 +45,12 @@ def outcome_report(
             "job_key": outcome.job_key,
             "job_key_parts": dg.MetadataValue.json(outcome.parts),
             "rows": outcome.rows,
+            # What the target held before a reload: the key to look up in provenance.
+            **(
+                {"previous_job_key": outcome.previous_key}
+                if outcome.previous_key not in (None, outcome.job_key)
+                else {}
+            ),
             **metadata,
         },
     )

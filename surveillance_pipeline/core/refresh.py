@@ -9,7 +9,7 @@ they were.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -52,11 +52,6 @@ class RefreshOutcome:
     parts: dict[str, Any]
     rows: int
     previous_key: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def loaded(self) -> bool:
-        return self.action == LOADED
 
 
 def ensure_state_tables(conn: psycopg.Connection) -> None:
@@ -101,15 +96,13 @@ def refresh_partition(
     replace_rows: Callable[[psycopg.Connection], int],
     run_id: str,
     target: TargetSchema | None = None,
-    before_commit: Callable[[psycopg.Connection, int], None] | None = None,
 ) -> RefreshOutcome:
     """Make the target hold the snapshot named by ``parts``, or skip if it already does.
 
     ``parts`` may be a function of the connection, called inside the transaction once the lock is held,
     for inputs that live in the database (an upstream state row read ``FOR SHARE``). ``replace_rows``
     deletes the partition's rows and writes the new ones, returning the row count; it runs only when the
-    key differs. ``before_commit`` may check what must hold before the commit (and raise to roll
-    everything back).
+    key differs, and whatever it raises rolls the whole transaction back.
     """
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(job, partition_key)])
@@ -133,8 +126,6 @@ def refresh_partition(
                 previous_parts = last_loaded_parts(conn, job, partition_key)
             reason = describe_change(previous_parts, parts)
             rows = replace_rows(conn)
-            if before_commit is not None:
-                before_commit(conn, rows)
             conn.execute(
                 load_sql(CORE, "upsert_job_state"),
                 {
