@@ -5,8 +5,9 @@ from collections import Counter
 
 from surveillance_pipeline.core.keys import canonical_json
 from surveillance_pipeline.gbif.client import PAGE_LIMIT, fetch_all_occurrences
-from surveillance_pipeline.gbif.lab import LabGbifClient
+from surveillance_pipeline.gbif.lab import LabGbifClient, lab_records
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
+from surveillance_pipeline.samples.rules import pick_sample, summarize_ids
 
 # sha256 over the canonical JSON of every lab page (all species, pages of 300, in registry order).
 # A change here means every user's lab data changed: bump it only on purpose.
@@ -95,3 +96,11 @@ def test_lab_is_shaped_like_the_course_data():
         "http://creativecommons.org/licenses/by-nc/4.0/legalcode",
     }
     assert no_year > 0 and no_coordinates > 0
+
+
+def test_the_course_summary_line_of_the_lab_is_pinned():
+    picked = {
+        species.species_id: [i for i, _ in pick_sample([r["key"] for r in lab_records(species.slug)], 100)]
+        for species in load_registry()
+    }
+    assert summarize_ids(picked).line() == "records=4766 species=71 ids_md5=8645f37e4f651760662f56704c29c233"
