@@ -7,6 +7,7 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
 from surveillance_pipeline_tests.pipeline import (
     DEVIL,
@@ -195,3 +196,26 @@ def test_partitions_are_independent(db, database_url, data_dir, instance):
     assert table_md5(db, DEVIL_ID) == devil_md5
     counts = dict(db.execute("SELECT species_id, count(*) FROM occurrences GROUP BY 1").fetchall())
     assert counts == {DEVIL_ID: 2000, species_by_slug("thylacinus-cynocephalus").species_id: 974}
+
+
+def test_a_transform_bump_reloads_and_a_schema_bump_rebuilds_the_table(
+    db, database_url, data_dir, instance, monkeypatch
+):
+    for slug in (DEVIL, "thylacinus-cynocephalus"):
+        materialize(instance, database_url, data_dir, slug)
+    monkeypatch.setattr(load, "TRANSFORM_VERSION", 2)
+    bumped = materialize(instance, database_url, data_dir, assets=[occurrences])
+    meta = metadata(bumped, "occurrences")
+    assert (meta["action"], meta["reason"], meta["rows"]) == ("loaded", "transform changed", 2000)
+
+    monkeypatch.setattr(load, "SCHEMA_VERSION", 2)
+    rebuilt = materialize(instance, database_url, data_dir, assets=[occurrences])
+    assert metadata(rebuilt, "occurrences")["reason"] == "schema changed"
+    assert db.execute("SELECT version FROM target_schema WHERE target = 'occurrences'").fetchone() == (2,)
+    # The rebuilt table holds only what was loaded into it; the other species has no state row left.
+    assert db.execute("SELECT count(DISTINCT species_id) FROM occurrences").fetchone() == (1,)
+    assert state_row(db, partition="thylacinus-cynocephalus") is None
+    other = materialize(instance, database_url, data_dir, "thylacinus-cynocephalus", assets=[occurrences])
+    assert metadata(other, "occurrences")["reason"] == "transform and schema changed"
+    again = materialize(instance, database_url, data_dir, assets=[occurrences])
+    assert metadata(again, "occurrences")["action"] == "skipped"

@@ -31,7 +31,10 @@ SCHEMA_VERSION = 1
 BATCH_HEADER = "id,species,year,longitude,latitude,license"
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
 
-FEED_SCHEMA = TargetSchema.from_sql_file(PACKAGE, "create_occurrence_feed", TARGET, SCHEMA_VERSION)
+
+def feed_schema() -> TargetSchema:
+    """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
+    return TargetSchema.from_sql_file(PACKAGE, "create_occurrence_feed", TARGET, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def apply_batch(conn: psycopg.Connection, batch: Batch) -> BatchOutcome:
     """Apply ``batch`` to occurrence_feed unless the ledger has its checksum; one transaction for both."""
 
     def upsert(connection: psycopg.Connection) -> int:
-        if ensure_target_schema(connection, FEED_SCHEMA, TARGET):
+        if ensure_target_schema(connection, feed_schema(), TARGET):
             # A rebuilt feed is empty: the ledger must forget what it had applied to the old one.
             connection.execute("DELETE FROM batch_ledger WHERE target = %s", [TARGET])
         connection.execute(load_sql(PACKAGE, "create_incoming_batch"))

@@ -28,7 +28,10 @@ TRANSFORM_VERSION = 1
 SCHEMA_VERSION = 1
 COPY_BLOCK = 1 << 20
 
-OCCURRENCES_SCHEMA = TargetSchema.from_sql_file(PACKAGE, "create_occurrences", TABLE, SCHEMA_VERSION)
+
+def occurrences_schema() -> TargetSchema:
+    """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
+    return TargetSchema.from_sql_file(PACKAGE, "create_occurrences", TABLE, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
@@ -130,5 +133,5 @@ def load_occurrences(
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
-        target=OCCURRENCES_SCHEMA,
+        target=occurrences_schema(),
     )

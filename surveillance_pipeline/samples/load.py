@@ -25,7 +25,10 @@ TRANSFORM_VERSION = 1
 SCHEMA_VERSION = 1
 DEFAULT_CAP = 100
 
-SAMPLE_SCHEMA = TargetSchema.from_sql_file(PACKAGE, "create_occurrence_sample", TABLE, SCHEMA_VERSION)
+
+def sample_schema() -> TargetSchema:
+    """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
+    return TargetSchema.from_sql_file(PACKAGE, "create_occurrence_sample", TABLE, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,6 @@ def refresh_species_sample(
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
-        target=SAMPLE_SCHEMA,
+        target=sample_schema(),
     )
     return outcome, drift
