@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.reporting import recorded_data_version
+from surveillance_pipeline.reporting import DATA_VERSION_TAG, recorded_data_version
 from surveillance_pipeline.resources import DataPaths
 from surveillance_pipeline.run_config import op_config, run_config_for
 from surveillance_pipeline.snapshots import devil
@@ -65,7 +65,7 @@ def deliveries_sensor(context: dg.SensorEvaluationContext, paths: DataPaths) -> 
                 dg.AssetObservation(
                     asset_key=target.source,
                     metadata={"file": path.name, "rows": delivery.rows},
-                    tags={"dagster/data_version": delivery.sha256},
+                    tags={DATA_VERSION_TAG: delivery.sha256},
                 )
             )
         key = target.would_be_key(delivery)
