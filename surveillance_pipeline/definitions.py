@@ -13,7 +13,7 @@ from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
 from surveillance_pipeline.releases import definitions as releases
-from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
+from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import (
     DATABASE_URL_VARIABLE,
@@ -31,6 +31,8 @@ def live_resources() -> dict[str, Any]:
         # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
         "warehouse": Warehouse(database_url=dg.EnvVar(DATABASE_URL_VARIABLE)),
         "paths": DataPaths(root=str(data_dir())),
+        # Read only by the runs that publish; a missing variable fails such a run before its first step.
+        "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
         "gbif": GbifSource(
             source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab"),
             base_url=os.environ.get(GBIF_BASE_URL_VARIABLE, DEFAULT_BASE_URL),

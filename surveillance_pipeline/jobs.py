@@ -5,6 +5,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 
 from surveillance_pipeline.ledger.assets import batch_days
 from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline.run_config import run_config_for
 
 SPECIES_ASSETS_JOB = "species_assets"
@@ -15,7 +16,11 @@ BATCH_DAYS_JOB = "batch_days"
 def _job(
     name: str, assets: list[dg.AssetsDefinition], partitions: dg.PartitionsDefinition | None, what: str
 ) -> UnresolvedAssetJobDefinition:
-    keys = [a.key for a in assets if a.partitions_def == partitions]
+    keys = [
+        a.key
+        for a in assets
+        if a.partitions_def == partitions and a.group_names_by_key.get(a.key) != PUBLISHING_GROUP
+    ]
     return dg.define_asset_job(
         name,
         selection=dg.AssetSelection.assets(*keys),

@@ -8,7 +8,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.refresh import ensure_state_tables
-from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbifClient
+from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LAB_SOURCE, LabGbifClient
 
@@ -46,6 +46,16 @@ class DataPaths(dg.ConfigurableResource):
         return Path(self.root) / "exports" / name
 
 
+class GbifAccount(dg.ConfigurableResource):
+    """A GBIF account (GBIF_USER, GBIF_PASSWORD from the environment), needed only to publish."""
+
+    user: str
+    password: str
+
+    def credentials(self) -> GbifAccountCredentials:
+        return GbifAccountCredentials(self.user, self.password)
+
+
 class GbifSource(dg.ConfigurableResource):
     """Which GBIF client ingest talks to: ``lab`` (the built-in lab data) or ``api`` (GBIF's HTTP API)."""
 
@@ -58,3 +68,7 @@ class GbifSource(dg.ConfigurableResource):
         if self.source == API_SOURCE:
             return ApiGbifClient(self.base_url)
         raise ValueError(f"GBIF_SOURCE={self.source!r}: expected {LAB_SOURCE!r} or {API_SOURCE!r}")
+
+    def api(self) -> ApiGbifClient:
+        """GBIF's HTTP API at ``base_url``, whatever the ingest source (publishing always talks to GBIF)."""
+        return ApiGbifClient(self.base_url)

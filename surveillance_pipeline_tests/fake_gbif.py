@@ -1,8 +1,14 @@
-"""A local HTTP server shaped like GBIF's v1 API: scripted answers per path, every request recorded."""
+"""A local HTTP server shaped like GBIF's v1 API: scripted answers per path, every request recorded.
+
+Besides scripted GET answers it keeps a store of derived datasets: POST /v1/derivedDataset adds one (and
+answers 201, or, in "drop" mode, closes the connection unanswered, as a crash between GBIF's create and
+our receipt would), and GET /v1/derivedDataset/user/<user> lists them in GBIF's paged form.
+"""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections import defaultdict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,22 +21,55 @@ class FakeGbif:
     def __init__(self) -> None:
         self.answers: dict[tuple[str, str], deque] = defaultdict(deque)
         self.requests: list[dict] = []
+        self.derived_datasets: list[dict] = []
+        self.create_mode = "created"
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                parts = urlsplit(self.path)
-                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+            def _record(self, query: dict, body: bytes | None = None) -> None:
                 fake.requests.append(
-                    {"path": parts.path, "query": query, "user_agent": self.headers["User-Agent"]}
+                    {
+                        "method": self.command,
+                        "path": urlsplit(self.path).path,
+                        "query": query,
+                        "user_agent": self.headers["User-Agent"],
+                        "authorization": self.headers["Authorization"],
+                        "body": json.loads(body) if body else None,
+                    }
                 )
-                queue = fake.answers[(parts.path, query.get("offset", ""))] or fake.answers[(parts.path, "*")]
-                status, headers, body = queue.popleft() if len(queue) > 1 else queue[0]
+
+            def _send(self, status: int, headers: dict, body: object) -> None:
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **headers}.items():
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                self._record({}, body)
+                created = {**json.loads(body), "doi": f"10.15468/dd.fake{len(fake.derived_datasets) + 1:03d}"}
+                fake.derived_datasets.append(created)
+                if fake.create_mode == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self._send(201, {}, created)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                parts = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+                self._record(query)
+                if parts.path.startswith("/v1/derivedDataset/user/"):
+                    offset, limit = int(query["offset"]), int(query["limit"])
+                    page = fake.derived_datasets[offset : offset + limit]
+                    end = offset + len(page) >= len(fake.derived_datasets)
+                    listing = {"offset": offset, "limit": limit, "endOfRecords": end, "results": page}
+                    self._send(200, {}, {**listing, "count": len(fake.derived_datasets)})
+                    return
+                queue = fake.answers[(parts.path, query.get("offset", ""))] or fake.answers[(parts.path, "*")]
+                status, headers, body = queue.popleft() if len(queue) > 1 else queue[0]
+                self._send(status, headers, body)
 
             def log_message(self, *args) -> None:
                 pass
@@ -40,8 +79,11 @@ class FakeGbif:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def answer(self, path: str, *answers, offset: str = "*") -> None:
-        """Queue answers for ``/v1/<path>`` (for one ``offset``, or any)."""
+        """Queue answers for ``GET /v1/<path>`` (for one ``offset``, or any)."""
         self.answers[(f"/v1/{path}", offset)].extend(answers)
+
+    def posts(self) -> list[dict]:
+        return [r for r in self.requests if r["method"] == "POST"]
 
     def __enter__(self) -> FakeGbif:
         self.thread.start()

@@ -21,6 +21,7 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "occurrence_batches",
         "sample_export",
         "devil_snapshot_export",
+        "derived_dataset_registration",
     }
     checks = {key.name for key in graph.asset_check_keys}
     assert checks == {"sample_engines_agree", "devil_snapshot_holds"}

@@ -6,12 +6,14 @@ any other 4xx fails at once with GBIF's own message. Every request names the pro
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 API_SOURCE = "api"
@@ -27,6 +29,18 @@ class GbifRequestError(RuntimeError):
         self.url = url
         self.status = status
         super().__init__(f"GBIF answered {status or 'nothing'} for {url}: {message}")
+
+
+@dataclass(frozen=True)
+class GbifAccountCredentials:
+    """A GBIF account, for the calls that need one. Its repr hides the password."""
+
+    user: str
+    password: str = field(repr=False)
+
+    def basic_header(self) -> str:
+        token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode("ascii")
+        return f"Basic {token}"
 
 
 class ApiGbifClient:
@@ -60,26 +74,65 @@ class ApiGbifClient:
         """GBIF's backbone match for a scientific name (strict: no fuzzy guesses)."""
         return self.get_json("species/match", {"name": name, "strict": "true"})
 
-    def get_json(self, path: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    def derived_datasets_of(
+        self, account: GbifAccountCredentials, page_size: int = 100
+    ) -> Iterator[dict[str, Any]]:
+        """Every derived dataset the account registered (GBIF's paged listing, followed to the end)."""
+        offset = 0
+        while True:
+            page = self.get_json(
+                f"derivedDataset/user/{urllib.parse.quote(account.user)}",
+                {"limit": page_size, "offset": offset},
+                auth=account,
+            )
+            results = page.get("results") or []
+            yield from results
+            if page.get("endOfRecords", True) or not results:
+                return
+            offset += len(results)
+
+    def create_derived_dataset(
+        self, body: Mapping[str, Any], account: GbifAccountCredentials
+    ) -> dict[str, Any]:
+        """POST a derived dataset: GBIF mints a DOI. Sent once, never retried: a lost answer is reconciled
+        from the account's listing by the caller, not by posting again."""
+        return self.get_json("derivedDataset", {}, auth=account, body=body, attempts=1)
+
+    def get_json(
+        self,
+        path: str,
+        params: Mapping[str, Any],
+        *,
+        auth: GbifAccountCredentials | None = None,
+        body: Mapping[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> dict[str, Any]:
+        """GET (or, with ``body``, POST) a GBIF endpoint and return its JSON answer."""
         query = urllib.parse.urlencode(sorted((k, str(v)) for k, v in params.items()))
-        url = f"{self.base_url}/{path}?{query}"
-        for attempt in range(1, self.max_attempts + 1):
-            headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-            request = urllib.request.Request(url, headers=headers)  # noqa: S310 (scheme checked in __init__)
+        url = f"{self.base_url}/{path}" + (f"?{query}" if query else "")
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if auth is not None:
+            headers["Authorization"] = auth.basic_header()
+        max_attempts = attempts or self.max_attempts
+        for attempt in range(1, max_attempts + 1):
+            request = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310 (scheme checked)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (as above)
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
-                body = error.read().decode("utf-8", "replace")
+                answer = error.read().decode("utf-8", "replace")
                 if error.code not in RETRYABLE:
-                    raise GbifRequestError(url, error.code, _gbif_message(body)) from None
-                if attempt == self.max_attempts:
+                    raise GbifRequestError(url, error.code, _gbif_message(answer)) from None
+                if attempt == max_attempts:
                     raise GbifRequestError(
                         url, error.code, f"still failing after {attempt} attempts"
                     ) from None
                 self.sleep(self._delay(attempt, error.headers.get("Retry-After")))
             except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-                if attempt == self.max_attempts:
+                if attempt == max_attempts:
                     raise GbifRequestError(url, None, f"{error} (after {attempt} attempts)") from None
                 self.sleep(self._delay(attempt, None))
         raise AssertionError("unreachable")

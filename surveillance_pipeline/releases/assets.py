@@ -1,5 +1,6 @@
 """sample_export and devil_snapshot_export: the same bytes on every re-run, with a sha256 manifest."""
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +22,14 @@ from surveillance_pipeline.releases.build import (
     sample_export_parts,
 )
 from surveillance_pipeline.releases.exports import EXPORT_FORMAT, MANIFEST
+from surveillance_pipeline.releases.registration import (
+    register_release,
+    registration_body,
+    related_datasets,
+    release_source_url,
+)
 from surveillance_pipeline.reporting import materialize_result
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 
@@ -59,6 +66,9 @@ def _manifest_rows(folder: Path) -> int:
     return next(iter(files.values()))["rows"]
 
 
+# Assets that act on the outside world; launched on purpose, never by make run or automation.
+PUBLISHING_GROUP = "publishing"
+
 EXPORT_ASSET: dict[str, Any] = {
     "group_name": "releases",
     "code_version": f"export-v{EXPORT_VERSION}.format-v{EXPORT_FORMAT}",
@@ -91,4 +101,54 @@ def devil_snapshot_export(
 ) -> dg.MaterializeResult:
     return _export(
         context, warehouse, paths, "devil_snapshot", devil_snapshot_export_parts, build_devil_snapshot_export
+    )
+
+
+class RegistrationConfig(dg.Config):
+    """Publishing is deliberate: nothing is posted unless ``publish`` is true."""
+
+    publish: bool = False
+    source_url_base: str = ""
+    title: str = "md5-capped sample of Tasmanian species occurrences"
+    description: str = "The first 100 GBIF occurrence records per species ordered by md5(id::text), then id."
+
+
+@dg.asset(
+    group_name=PUBLISHING_GROUP,
+    deps=[sample_export],
+    pool="derived_dataset_registration",
+    description="Registers the sample export with GBIF as a derived dataset (a DOI), at most once per "
+    "manifest sha256; a lost answer is reconciled from the account's listing, never posted again.",
+)
+def derived_dataset_registration(
+    context: dg.AssetExecutionContext,
+    config: RegistrationConfig,
+    warehouse: Warehouse,
+    paths: DataPaths,
+    gbif: GbifSource,
+    gbif_account: GbifAccount,
+) -> dg.MaterializeResult:
+    if not config.publish:
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion("unpublished"),
+            metadata={"action": "skipped", "reason": "publish is false"},
+        )
+    if not config.source_url_base:
+        raise dg.Failure("derived_dataset_registration: set source_url_base, where the release is served")
+    folder = paths.exports("sample")
+    manifest = (folder / MANIFEST).read_bytes()
+    source_url = release_source_url(config.source_url_base, hashlib.sha256(manifest).hexdigest())
+    sampled_ids = {
+        int(line.split(",", 1)[0]) for line in (folder / "sample.csv").read_text().splitlines()[1:]
+    }
+    raw_files = sorted((Path(paths.root) / "raw").glob("*.json"))
+    body = registration_body(
+        config.title, config.description, source_url, related_datasets(raw_files, sampled_ids)
+    )
+    with warehouse.connect() as conn:
+        outcome = register_release(conn, gbif.api(), gbif_account.credentials(), manifest, body)
+    action = "called" if outcome.called else ("adopted" if outcome.adopted else "skipped")
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(outcome.response.get("doi", "")),
+        metadata={"action": action, "doi": outcome.response.get("doi", ""), "source_url": source_url},
     )

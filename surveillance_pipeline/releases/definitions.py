@@ -2,6 +2,10 @@
 
 import dagster as dg
 
-from surveillance_pipeline.releases.assets import devil_snapshot_export, sample_export
+from surveillance_pipeline.releases.assets import (
+    derived_dataset_registration,
+    devil_snapshot_export,
+    sample_export,
+)
 
-defs = dg.Definitions(assets=[sample_export, devil_snapshot_export])
+defs = dg.Definitions(assets=[sample_export, devil_snapshot_export, derived_dataset_registration])
