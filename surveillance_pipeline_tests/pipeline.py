@@ -14,7 +14,7 @@ from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LabGbifClient
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.reporting import recorded_data_version
-from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
+from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import (
     occurrence_sample,
     occurrence_sample_summary,
@@ -91,6 +91,8 @@ def resources(database_url: str, data_dir: Path, edit: str = "none") -> dict[str
         "warehouse": Warehouse(database_url=database_url),
         "paths": DataPaths(root=str(data_dir)),
         "gbif": EditedGbifSource(edit=edit),
+        # Only derived_dataset_registration reads it; test_registration binds one with a fake GBIF.
+        "gbif_account": GbifAccount(user="tester", password="not-a-real-password"),
     }
 
 
