@@ -10,7 +10,10 @@ import psycopg
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
 from surveillance_pipeline.gbif.client import GbifClient
+from surveillance_pipeline.gbif.downloads import DOWNLOAD_SOURCE
 from surveillance_pipeline.gbif.lab import LAB_SOURCE, LabGbifClient
+
+SOURCES = (LAB_SOURCE, API_SOURCE, DOWNLOAD_SOURCE)
 
 
 class Warehouse(dg.ConfigurableResource):
@@ -42,6 +45,10 @@ class DataPaths(dg.ConfigurableResource):
     def batches(self) -> Path:
         return Path(self.root) / "batches"
 
+    def downloads(self) -> Path:
+        """Where a user drops GBIF download zips (DwC-A or simple CSV)."""
+        return Path(self.root) / "downloads"
+
     def exports(self, name: str) -> Path:
         return Path(self.root) / "exports" / name
 
@@ -57,17 +64,28 @@ class GbifAccount(dg.ConfigurableResource):
 
 
 class GbifSource(dg.ConfigurableResource):
-    """Which GBIF client ingest talks to: ``lab`` (the built-in lab data) or ``api`` (GBIF's HTTP API)."""
+    """Where ingest gets records: ``lab`` (the built-in lab data), ``api`` (GBIF's occurrence search) or
+    ``download`` (the GBIF download zips in data/downloads/, for queries beyond search's 100,000 records)."""
 
     source: str = LAB_SOURCE
     base_url: str = DEFAULT_BASE_URL
 
+    def reads_downloads(self) -> bool:
+        return self._checked_source() == DOWNLOAD_SOURCE
+
     def client(self) -> GbifClient:
-        if self.source == LAB_SOURCE:
+        """The occurrence-search client (``lab`` or ``api``); downloads are read, not searched."""
+        source = self._checked_source()
+        if source == LAB_SOURCE:
             return LabGbifClient()
-        if self.source == API_SOURCE:
+        if source == API_SOURCE:
             return ApiGbifClient(self.base_url)
-        raise ValueError(f"GBIF_SOURCE={self.source!r}: expected {LAB_SOURCE!r} or {API_SOURCE!r}")
+        raise ValueError(f"GBIF_SOURCE={source!r} reads data/downloads/ and has no search client")
+
+    def _checked_source(self) -> str:
+        if self.source not in SOURCES:
+            raise ValueError(f"GBIF_SOURCE={self.source!r}: expected one of {', '.join(SOURCES)}")
+        return self.source
 
     def api(self) -> ApiGbifClient:
         """GBIF's HTTP API at ``base_url``, whatever the ingest source (publishing always talks to GBIF)."""

@@ -11,6 +11,7 @@ def test_definitions_load_with_every_asset_the_issues_name():
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
     assert keys == {
+        "gbif_downloads",
         "gbif_raw",
         "gbif_derived",
         "occurrences",
@@ -27,6 +28,7 @@ def test_definitions_load_with_every_asset_the_issues_name():
     assert checks == {"sample_engines_agree", "devil_snapshot_holds"}
     assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
+    assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
 
 
 def test_spine_assets_are_partitioned_by_species_and_pooled_per_target():

@@ -1,14 +1,25 @@
-"""Ingest: the one step that talks to GBIF. Fetch a species, normalize, and keep the old file if equal."""
+"""Ingest: the one step that talks to GBIF (or reads the downloads a user got from it).
+
+Fetch a species, normalize, and keep the old file if equal.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.gbif.client import GbifClient, fetch_all_occurrences
+from surveillance_pipeline.gbif.downloads import (
+    DOWNLOAD_SOURCE,
+    GbifDownload,
+    download_request,
+    species_records,
+)
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.raw import (
     RawSnapshot,
@@ -20,6 +31,8 @@ from surveillance_pipeline.occurrences.raw import (
 
 @dataclass(frozen=True)
 class IngestOutcome:
+    request: dict[str, Any]
+    source: str
     written: bool
     reason: str
     path: Path
@@ -42,12 +55,40 @@ def ingest_species(
     nothing downstream.
     """
     request = species.request()
-    records = normalize_records(fetch_all_occurrences(client, request["params"]), f"GBIF {client.source}")
+    records = fetch_all_occurrences(client, request["params"])
+    return write_raw_snapshot(request, client.source, records, raw_path, retrieved)
+
+
+def ingest_species_from_downloads(
+    downloads: Iterable[GbifDownload], species: Species, raw_path: Path, retrieved: str | None = None
+) -> IngestOutcome:
+    """The species' records from the GBIF downloads at hand, written like a search's raw snapshot.
+
+    The request names the downloads that held the species (key, DOI, query, sha256), so a new download
+    with records of this species changes the request and reaches derive; one without them does not.
+    """
+    records, sources = species_records(downloads, species)
+    return write_raw_snapshot(
+        download_request(species, sources), DOWNLOAD_SOURCE, records, raw_path, retrieved
+    )
+
+
+def write_raw_snapshot(
+    request: dict[str, Any],
+    source: str,
+    records: list[dict[str, Any]],
+    raw_path: Path,
+    retrieved: str | None = None,
+) -> IngestOutcome:
+    """Normalize and write the snapshot, or keep the stored file when request and records are equal."""
+    records = normalize_records(records, f"GBIF {source}")
     records_sha256 = sha256_hex(canonical_json(records).encode("utf-8"))
     previous = _previous_snapshot(raw_path)
     if previous is not None and previous.request == request and previous.records == records:
         data = raw_path.read_bytes()
         return IngestOutcome(
+            request,
+            source,
             False,
             "nothing changed",
             raw_path,
@@ -57,7 +98,7 @@ def ingest_species(
             previous.retrieved,
         )
 
-    snapshot = RawSnapshot(request, retrieved or utc_now_text(), client.source, records)
+    snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, records)
     data = snapshot.to_bytes()
     write_atomically(raw_path, data)
     if previous is None:
@@ -67,7 +108,15 @@ def ingest_species(
     else:
         reason = "records changed"
     return IngestOutcome(
-        True, reason, raw_path, sha256_hex(data), len(records), records_sha256, snapshot.retrieved
+        request,
+        source,
+        True,
+        reason,
+        raw_path,
+        sha256_hex(data),
+        len(records),
+        records_sha256,
+        snapshot.retrieved,
     )
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 REGISTRY_FILE = "species.csv"
 SEARCH_ENDPOINT = "occurrence/search"
+# Raw snapshots read from GBIF downloads record this endpoint, the downloads read and the taxon.
+DOWNLOAD_ENDPOINT = "occurrence/download"
 
 
 @dataclass(frozen=True)
@@ -35,20 +37,21 @@ class Species:
 
         Paging (offset/limit) is transport, not identity, so it is not part of the request.
         """
-        taxon: dict[str, Any] = (
-            {"taxonKey": self.taxon_key}
-            if self.taxon_key is not None
-            else {"scientificName": self.scientific_name}
-        )
         return {
             "endpoint": SEARCH_ENDPOINT,
             "params": {
                 "country": self.country,
                 "occurrenceStatus": "PRESENT",
                 "stateProvince": self.state_province,
-                **taxon,
+                **self.taxon_filter(),
             },
         }
+
+    def taxon_filter(self) -> dict[str, Any]:
+        """How GBIF is asked for this taxon: by backbone key once known, else by scientific name."""
+        if self.taxon_key is not None:
+            return {"taxonKey": self.taxon_key}
+        return {"scientificName": self.scientific_name}
 
 
 @cache

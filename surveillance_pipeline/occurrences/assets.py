@@ -17,8 +17,9 @@ from surveillance_pipeline.core.refresh import (
     record_provenance,
     report_derived_output,
 )
-from surveillance_pipeline.gbif.ingest import ingest_species
-from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.gbif.downloads import downloads_version, read_downloads
+from surveillance_pipeline.gbif.ingest import IngestOutcome, ingest_species, ingest_species_from_downloads
+from surveillance_pipeline.gbif.registry import Species, species_by_slug
 from surveillance_pipeline.occurrences.derive import DERIVE_VERSION, DERIVED_COLUMNS, derive_occurrences
 from surveillance_pipeline.occurrences.licenses import LICENSES
 from surveillance_pipeline.occurrences.load import (
@@ -51,31 +52,78 @@ SPECIES_ASSET: dict[str, Any] = {
 }
 
 
+@dg.observable_source_asset(
+    group_name="occurrences",
+    description="GBIF download zips (DwC-A or simple CSV) in data/downloads/; data version = sha256 over "
+    "their names and bytes. Read by gbif_raw when GBIF_SOURCE=download.",
+)
+def gbif_downloads(paths: DataPaths) -> dg.ObserveResult:
+    downloads = read_downloads(paths.downloads())
+    return dg.ObserveResult(
+        data_version=dg.DataVersion(downloads_version(downloads)),
+        # What each download holds that derive will count or leave out: no license, 0,0, above species.
+        metadata={
+            "downloads": dg.MetadataValue.json(
+                [
+                    {
+                        "file": download.path.name,
+                        **download.identity(),
+                        **download.counts(),
+                        "licenses": download.licenses(),
+                    }
+                    for download in downloads
+                ]
+            ),
+            "records": sum(len(download.records) for download in downloads),
+        },
+    )
+
+
 @dg.asset(
     **SPECIES_ASSET,
     group_name="occurrences",
+    deps=[gbif_downloads],
     code_version="ingest-v1",
     pool="gbif_raw",
-    description="GBIF occurrence search for one species, normalized into data/raw/<slug>.json. "
-    "The only step that talks to a GBIF client.",
+    description="GBIF occurrence search (or the downloads in data/downloads/) for one species, normalized "
+    "into data/raw/<slug>.json. The only step that talks to a GBIF client.",
 )
 def gbif_raw(
     context: dg.AssetExecutionContext, gbif: GbifSource, paths: DataPaths, warehouse: Warehouse
 ) -> Events:
-    client = gbif.client()
+    if gbif.reads_downloads():
+        downloads = read_downloads(paths.downloads())
+
+        def ingest(species: Species) -> IngestOutcome:
+            return ingest_species_from_downloads(downloads, species, paths.raw(species.slug))
+
+    else:
+        client = gbif.client()
+
+        def ingest(species: Species) -> IngestOutcome:
+            return ingest_species(client, species, paths.raw(species.slug))
+
     with warehouse.connect() as conn:
 
         def ingest_partition(slug: str) -> PartitionReport:
-            species = species_by_slug(slug)
-            ingest = ingest_species(client, species, paths.raw(slug))
-            parts = {"request": species.request(), "source": client.source, "records": ingest.records_sha256}
-            action = LOADED if ingest.written else SKIPPED
-            outcome = RefreshOutcome(action, ingest.reason, ingest.file_sha256, parts, ingest.records)
+            ingest_outcome = ingest(species_by_slug(slug))
+            parts = {
+                "request": ingest_outcome.request,
+                "source": ingest_outcome.source,
+                "records": ingest_outcome.records_sha256,
+            }
+            action = LOADED if ingest_outcome.written else SKIPPED
+            outcome = RefreshOutcome(
+                action, ingest_outcome.reason, ingest_outcome.file_sha256, parts, ingest_outcome.records
+            )
             record_provenance(
                 conn, run_id=context.run.run_id, asset="gbif_raw", partition_key=slug, outcome=outcome
             )
             return outcome_report(
-                outcome, ingest.file_sha256, path=str(ingest.path), retrieved=ingest.retrieved
+                outcome,
+                ingest_outcome.file_sha256,
+                path=str(ingest_outcome.path),
+                retrieved=ingest_outcome.retrieved,
             )
 
         yield from report_partitions(context, ingest_partition, upstream=None)

@@ -2,6 +2,6 @@
 
 import dagster as dg
 
-from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
+from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_downloads, gbif_raw, occurrences
 
-defs = dg.Definitions(assets=[gbif_raw, gbif_derived, occurrences])
+defs = dg.Definitions(assets=[gbif_downloads, gbif_raw, gbif_derived, occurrences])

@@ -15,7 +15,7 @@ from typing import Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import canonical_json
-from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 from surveillance_pipeline.occurrences.licenses import normalize_license
 from surveillance_pipeline.occurrences.raw import RawSnapshot
 
@@ -38,7 +38,7 @@ class DerivedFile:
 
 def check_request(snapshot: RawSnapshot, species: Species, path: Path | str) -> None:
     """Refuse a raw snapshot fetched with another request than the registry would send now."""
-    wanted = species.request()
+    wanted = expected_request(snapshot, species)
     if canonical_json(snapshot.request) == canonical_json(wanted):
         return
     differences = _differences(snapshot.request, wanted)
@@ -46,6 +46,18 @@ def check_request(snapshot: RawSnapshot, species: Species, path: Path | str) -> 
         f"{path}: the raw snapshot of {species.slug} ({species.scientific_name}) was fetched with another "
         f"request than the registry sends now ({'; '.join(differences)}); materialize gbif_raw again"
     )
+
+
+def expected_request(snapshot: RawSnapshot, species: Species) -> dict[str, Any]:
+    """The request the registry would make now for the snapshot's kind of source.
+
+    A snapshot read from GBIF downloads names the downloads that held the species; which downloads lie in
+    the folder is gbif_raw's business (their sha256 is its input). What derive can check is that the taxon
+    is still the one the registry asks for.
+    """
+    if snapshot.request.get("endpoint") == DOWNLOAD_ENDPOINT:
+        return {**snapshot.request, "taxon": species.taxon_filter()}
+    return species.request()
 
 
 def _differences(recorded: Any, wanted: Any, prefix: str = "") -> list[str]:
