@@ -12,6 +12,7 @@ from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
 from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
+from surveillance_pipeline.occurrences.sensors import downloads_sensor
 from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
@@ -49,7 +50,7 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
         executor=dg.in_process_executor,
         jobs=jobs_for(assets),
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB)],
-        sensors=[automation_sensor],
+        sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB)],
         resources=resources,
     )
     return dg.Definitions.merge(*DOMAINS, operations)

@@ -18,6 +18,7 @@ from dagster._core.definitions.observe import observe
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.downloads import (
     DWCA,
     SIMPLE_CSV,
@@ -26,7 +27,7 @@ from surveillance_pipeline.gbif.downloads import (
     read_downloads,
 )
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
-from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, species_by_slug
+from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, partition_keys, species_by_slug
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import derive_occurrences
 from surveillance_pipeline.occurrences.licenses import CC_BY, CC_BY_NC, normalize_license
@@ -316,3 +317,32 @@ def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
         "skipped",
     ]
     assert table_md5(db) == before
+
+
+@pytest.mark.db
+def test_the_downloads_sensor_runs_once_per_new_download_and_only_for_the_download_source(
+    database_url, data_dir, instance
+):
+    definitions = assemble(_download_resources(database_url, data_dir))
+    sensor = definitions.resolve_sensor_def("downloads_sensor")
+
+    def tick(cursor=None, resources=definitions.resources):
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+        return sensor.evaluate_tick(context)
+
+    empty = tick()
+    assert empty.run_requests == [] and empty.cursor is not None
+    _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    first = tick(empty.cursor)
+    [request] = first.run_requests
+    keys = partition_keys()
+    assert request.tags["dagster/asset_partition_range_start"] == keys[0]
+    assert request.tags["dagster/asset_partition_range_end"] == keys[-1]
+    [observation] = first.asset_events
+    assert observation.tags["dagster/data_version"] == downloads_version(
+        read_downloads(data_dir / "downloads")
+    )
+    assert tick(first.cursor).run_requests == []
+
+    searching = {**definitions.resources, "gbif": GbifSource(source="lab")}
+    assert "does not read downloads" in tick(None, searching).skip_message
