@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
+from surveillance_pipeline.core.partition_files import delete_stale_staging_file
 from surveillance_pipeline.core.refresh import (
     LOADED,
     SKIPPED,
@@ -67,6 +68,7 @@ def gbif_raw(
 
         def ingest_partition(slug: str) -> PartitionReport:
             species = species_by_slug(slug)
+            delete_stale_staging_file(paths.raw(slug))
             ingest = ingest_species(client, species, paths.raw(slug))
             parts = {"request": species.request(), "source": client.source, "records": ingest.records_sha256}
             action = LOADED if ingest.written else SKIPPED
@@ -96,6 +98,7 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
         def derive_partition(slug: str) -> PartitionReport:
             species = species_by_slug(slug)
             raw_path, derived_path = paths.raw(slug), paths.derived(slug)
+            delete_stale_staging_file(derived_path)
             snapshot = read_raw_snapshot(raw_path)
             derived = derive_occurrences(snapshot, species, raw_path)
             parts = JobKeyParts(

@@ -1,8 +1,9 @@
 """Byte-identical exports: CSV, (Geo)Parquet and a manifest naming each file's sha256, rows and job key.
 
-Every export states its order (``ORDER BY id``) and its formats, so a sha256 proves nothing changed. Files
-are written beside their final name and renamed into place, the manifest last, so a reader never sees half
-a file and a manifest never names a file that is not there yet.
+Every export states its order (``ORDER BY id``) and its formats, so a sha256 proves nothing changed. The
+whole folder is built as ``<name>.staging`` beside the live one and swapped in (core.partition_files), so a
+reader never sees half a file, a manifest never names a file that is not there, and no file of an earlier
+export survives into a new one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 from shapely.geometry import Point
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
-from surveillance_pipeline.occurrences.raw import write_atomically
+from surveillance_pipeline.core.partition_files import replace_partition_folder, write_file_durably
 
 EXPORT_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -99,9 +100,13 @@ def export_is_current(folder: Path, job_key: str) -> bool:
 
 
 def publish_export(folder: Path, files: Sequence[ExportFile], parts: JobKeyParts, order: str) -> bytes:
-    """Write every file, then the manifest, each renamed into place; returns the manifest's bytes."""
-    for export in files:
-        write_atomically(folder / export.name, export.data)
+    """Replace the folder with these files and their manifest, swapped in whole; returns the manifest."""
     manifest = manifest_bytes(files, parts, order)
-    write_atomically(folder / MANIFEST, manifest)
+
+    def write_into(staging: Path) -> None:
+        for export in files:
+            write_file_durably(staging / export.name, export.data)
+        write_file_durably(staging / MANIFEST, manifest)
+
+    replace_partition_folder(folder, write_into)
     return manifest
