@@ -57,7 +57,8 @@ def ingest_species(
             previous.retrieved,
         )
 
-    snapshot = RawSnapshot(request, retrieved or utc_now_text(), client.source, records)
+    stamp = retrieved or getattr(client, "snapshot_retrieved", None) or utc_now_text()
+    snapshot = RawSnapshot(request, stamp, client.source, records)
     data = snapshot.to_bytes()
     write_atomically(raw_path, data)
     if previous is None:

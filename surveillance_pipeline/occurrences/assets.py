@@ -31,6 +31,7 @@ from surveillance_pipeline.occurrences.load import (
 )
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot, write_atomically
+from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 
@@ -53,6 +54,7 @@ SPECIES_ASSET: dict[str, Any] = {
 
 
 @dg.asset(
+    metadata=outputs_metadata(folders=["raw"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     code_version="ingest-v1",
@@ -84,6 +86,7 @@ def gbif_raw(
 
 
 @dg.asset(
+    metadata=outputs_metadata(folders=["derived"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_raw],
@@ -125,6 +128,7 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
 
 
 @dg.asset(
+    metadata=outputs_metadata(tables=["species", "occurrences"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_derived],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,8 +74,12 @@ def parquet_export(
     return ExportFile(name, buffer.getvalue(), len(rows), f"parquet: {PARQUET_COMPRESSION}")
 
 
-def manifest_bytes(files: Sequence[ExportFile], parts: JobKeyParts, order: str) -> bytes:
+def manifest_bytes(
+    files: Sequence[ExportFile], parts: JobKeyParts, order: str, extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """The manifest; ``extra`` adds fields some releases carry (a masked release's seed)."""
     document = {
+        **(extra or {}),
         "export_format": EXPORT_FORMAT,
         "job_key": parts.key,
         "job_key_parts": parts.as_dict(),
@@ -99,9 +103,15 @@ def export_is_current(folder: Path, job_key: str) -> bool:
     )
 
 
-def publish_export(folder: Path, files: Sequence[ExportFile], parts: JobKeyParts, order: str) -> bytes:
+def publish_export(
+    folder: Path,
+    files: Sequence[ExportFile],
+    parts: JobKeyParts,
+    order: str,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
     """Replace the folder with these files and their manifest, swapped in whole; returns the manifest."""
-    manifest = manifest_bytes(files, parts, order)
+    manifest = manifest_bytes(files, parts, order, extra)
 
     def write_into(staging: Path) -> None:
         for export in files:
