@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,12 @@ class MaskingRules:
         return {"min_m": float(self.min_m), "max_m": float(self.max_m), "crs": self.crs}
 
 
+@cache
+def _transformer(source: str, target: str) -> Transformer:
+    """One transformer per CRS pair per process: building one costs more than masking a species."""
+    return Transformer.from_crs(source, target, always_xy=True)
+
+
 def donut_mask(
     longitudes: np.ndarray, latitudes: np.ndarray, rules: MaskingRules, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -76,9 +83,8 @@ def donut_mask(
     area_share = generator.random(count)
     angle = generator.random(count) * 2 * math.pi
     radius = np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
-    to_metric = Transformer.from_crs("EPSG:4326", rules.crs, always_xy=True)
-    x, y = to_metric.transform(longitudes, latitudes)
-    to_degrees = Transformer.from_crs(rules.crs, "EPSG:4326", always_xy=True)
+    x, y = _transformer("EPSG:4326", rules.crs).transform(longitudes, latitudes)
+    to_degrees = _transformer(rules.crs, "EPSG:4326")
     masked_lon, masked_lat = to_degrees.transform(x + radius * np.cos(angle), y + radius * np.sin(angle))
     # PROJ's inverse turns NaN into a pole; a record without coordinates must stay without them.
     missing = np.isnan(longitudes) | np.isnan(latitudes)
