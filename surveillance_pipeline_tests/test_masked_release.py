@@ -109,8 +109,13 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
     assert detail["manifest_sha256"] == first["manifest_sha256"] == sha256_file(folder / MANIFEST)
     assert manifest["job_key_parts"]["config"] == {"min_m": 100.0, "max_m": 1000.0, "crs": "EPSG:3577"}
 
+    # A staging folder a killed run left: deleted at the next start, even by a run that skips.
+    stale = folder.with_name(f"{DEVIL}.staging")
+    stale.mkdir()
+    (stale / f"{DEVIL}.csv").write_text("id\n1\n")
     second = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
     assert (second["action"], second["reason"]) == ("skipped", "nothing changed")
+    assert not stale.exists()
     assert _folder_hashes(folder) == before
     assert (folder / f"{DEVIL}.csv").stat().st_ino == inode, "an equal key rewrites no file"
 

@@ -23,6 +23,7 @@ import psycopg
 from pyproj import Transformer
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import RefreshOutcome, report_derived_output, upstream_job_key
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
@@ -151,6 +152,8 @@ def build_masked_release(
     ``expected_input``: the upstream key the caller needs (a replay); a different one fails the build.
     ``rebuild``: build even when the folder holds the key (a replay proves, it does not trust).
     """
+    # First, whatever a killed run left (a stale staging folder) goes, even when this run then skips.
+    recover_partition_folder(folder)
     with conn.transaction():
         # Share-locks occurrences' state row: its rows cannot be reloaded while we read them.
         input_key = upstream_job_key(conn, OCCURRENCES_JOB, slug)
