@@ -34,6 +34,7 @@ ASSET_ORDER = (
     "gbif_derived",
     "occurrences",
     "occurrence_sample",
+    "masked_release",
     "occurrence_batches",
     "occurrence_sample_summary",
     "devil_snapshot",

@@ -52,6 +52,10 @@ class DataPaths(dg.ConfigurableResource):
     def exports(self, name: str) -> Path:
         return Path(self.root) / "exports" / name
 
+    def partition(self, asset: str, partition_key: str) -> Path:
+        """``data/<asset>/<partition>/``: a partition's files, replaced whole (core.partition_files)."""
+        return Path(self.root) / asset / partition_key
+
 
 class GbifAccount(dg.ConfigurableResource):
     """A GBIF account (GBIF_USER, GBIF_PASSWORD from the environment), needed only to publish."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,18 @@ def add_record_before_the_100th_pick(records):
     return records + [new]
 
 
+def shuffle(records):
+    """The same records in another order (a fixed seed: the test must fail the same way every time)."""
+    shuffled = list(records)
+    random.Random(20261129).shuffle(shuffled)
+    return shuffled
+
+
 EDITS: dict[str, RecordEdit] = {
     "none": lambda records: records,
     "drop_lowest_id": drop_lowest_id,
     "reverse": lambda records: list(reversed(records)),
+    "shuffle": shuffle,
     "add_record_before_the_100th_pick": add_record_before_the_100th_pick,
 }
 

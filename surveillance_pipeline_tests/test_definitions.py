@@ -5,6 +5,7 @@ import dagster as dg
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.load import SCHEMA_VERSION, TRANSFORM_VERSION
+from surveillance_pipeline.run_config import run_config_for
 
 
 def test_definitions_load_with_every_asset_the_issues_name():
@@ -22,6 +23,7 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "occurrence_batches",
         "sample_export",
         "devil_snapshot_export",
+        "masked_release",
         "derived_dataset_registration",
     }
     checks = {key.name for key in graph.asset_check_keys}
@@ -29,6 +31,18 @@ def test_definitions_load_with_every_asset_the_issues_name():
     assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
     assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
+    assert graph.get(dg.AssetKey("masked_release")).parent_keys == {dg.AssetKey("occurrences")}
+
+
+def test_masked_release_runs_with_the_species_job_and_its_replay_job_is_defined():
+    species_job = defs.resolve_job_def("species_assets")
+    assert dg.AssetKey("masked_release") in species_job.asset_layer.executable_asset_keys
+    assert run_config_for(["masked_release"])["ops"]["masked_release"]["config"] == {
+        "min_m": 100.0,
+        "max_m": 1000.0,
+        "crs": "EPSG:3577",
+    }
+    assert defs.resolve_job_def("replay_masked_release").name == "replay_masked_release"
 
 
 def test_spine_assets_are_partitioned_by_species_and_pooled_per_target():

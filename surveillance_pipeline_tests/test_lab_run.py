@@ -37,6 +37,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
         "gbif_derived": ["71", "0", "26391"],
         "occurrences": ["71", "0", "26391"],
         "occurrence_sample": ["71", "0", "4766"],
+        "masked_release": ["71", "0", "26391"],
         "occurrence_batches": ["21", "0", "1257"],
         "occurrence_sample_summary": ["1", "0", "4766"],
         "devil_snapshot": ["1", "0", "1000"],

@@ -8,7 +8,7 @@ they were.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,9 +147,16 @@ def last_loaded_parts(conn: psycopg.Connection, job: str, partition_key: str) ->
 
 
 def record_provenance(
-    conn: psycopg.Connection, *, run_id: str, asset: str, partition_key: str, outcome: RefreshOutcome
-) -> None:
-    conn.execute(
+    conn: psycopg.Connection,
+    *,
+    run_id: str,
+    asset: str,
+    partition_key: str,
+    outcome: RefreshOutcome,
+    detail: Mapping[str, Any] | None = None,
+) -> int:
+    """One provenance row (its id); ``detail`` holds what a replay needs (a seed, a manifest sha256)."""
+    row = conn.execute(
         load_sql(CORE, "insert_provenance"),
         {
             "run_id": run_id,
@@ -160,8 +167,12 @@ def record_provenance(
             "job_key": outcome.job_key,
             "parts": Jsonb(outcome.parts),
             "rows": outcome.rows,
+            "detail": Jsonb(dict(detail)) if detail is not None else None,
         },
-    )
+    ).fetchone()
+    if row is None:
+        raise RuntimeError("INSERT INTO provenance ... RETURNING id returned no row")
+    return int(row[0])
 
 
 def upstream_job_key(conn: psycopg.Connection, job: str, partition_key: str) -> str:
@@ -183,6 +194,7 @@ def report_derived_output(
     rows: int,
     run_id: str,
     unchanged: bool,
+    detail: Mapping[str, Any] | None = None,
 ) -> RefreshOutcome:
     """Provenance for an output kept outside the database (a file, a summary): skipped when ``unchanged``.
 
@@ -195,7 +207,9 @@ def report_derived_output(
         if reason == "key recipe changed":
             reason = "output was missing or edited"
         outcome = RefreshOutcome(LOADED, reason, parts.key, parts.as_dict(), rows)
-    record_provenance(conn, run_id=run_id, asset=asset, partition_key=partition_key, outcome=outcome)
+    record_provenance(
+        conn, run_id=run_id, asset=asset, partition_key=partition_key, outcome=outcome, detail=detail
+    )
     return outcome
 
 

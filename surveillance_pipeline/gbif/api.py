@@ -47,6 +47,7 @@ class ApiGbifClient:
     """GBIF's occurrence search and species match, with timeouts, retries and backoff."""
 
     source = API_SOURCE
+    snapshot_retrieved: str | None = None  # live answers: the retrieval time is the clock's
 
     def __init__(
         self,

@@ -18,6 +18,9 @@ class GbifClient(Protocol):
     """What ingest needs from GBIF: one page of occurrence search at a time."""
 
     source: str
+    # When the source is a fixed snapshot (the lab data), the time it stands for; None: ask the clock.
+    # A fixed time makes a fresh data folder give the same raw bytes, and so the same keys downstream.
+    snapshot_retrieved: str | None
 
     def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
         """One occurrence-search page: ``offset``, ``limit``, ``endOfRecords``, ``count``, ``results``."""

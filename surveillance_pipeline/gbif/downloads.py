@@ -24,6 +24,7 @@ import zipfile
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,19 @@ class GbifDownload:
             "query": self.query,
             "sha256": self.sha256,
         }
+
+    def created(self) -> str | None:
+        """When GBIF created the download, read off its key (``0009886-250127130748423``: 2025-01-27
+        13:07:48 UTC); None for a file whose key is not GBIF's."""
+        match = DOWNLOAD_KEY.fullmatch(self.key)
+        if match is None:
+            return None
+        stamp = self.key.split("-")[1][:12]
+        try:
+            created = datetime.strptime(stamp, "%y%m%d%H%M%S").replace(tzinfo=UTC)
+        except ValueError:
+            return None
+        return created.isoformat().replace("+00:00", "Z")
 
     def counts(self) -> dict[str, int]:
         """The quirks a user should see before trusting a download (reported when it is observed)."""

@@ -56,7 +56,9 @@ def ingest_species(
     """
     request = species.request()
     records = fetch_all_occurrences(client, request["params"])
-    return write_raw_snapshot(request, client.source, records, raw_path, retrieved)
+    # The lab's data has a fixed retrieval time, so a fresh data folder gets the same raw bytes.
+    stamp = retrieved or client.snapshot_retrieved
+    return write_raw_snapshot(request, client.source, records, raw_path, stamp)
 
 
 def ingest_species_from_downloads(
@@ -68,9 +70,9 @@ def ingest_species_from_downloads(
     with records of this species changes the request and reaches derive; one without them does not.
     """
     records, sources = species_records(downloads, species)
-    return write_raw_snapshot(
-        download_request(species, sources), DOWNLOAD_SOURCE, records, raw_path, retrieved
-    )
+    # When GBIF made the newest download read: the same downloads give the same bytes in a fresh folder.
+    stamp = retrieved or max((created for d in sources if (created := d.created())), default=None)
+    return write_raw_snapshot(download_request(species, sources), DOWNLOAD_SOURCE, records, raw_path, stamp)
 
 
 def write_raw_snapshot(

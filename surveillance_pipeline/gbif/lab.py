@@ -15,6 +15,8 @@ from typing import Any
 from surveillance_pipeline.gbif.registry import Species, load_registry
 
 LAB_SOURCE = "lab"
+# The lab records never change, so every lab snapshot stands for this one retrieval.
+LAB_RETRIEVED = "2026-11-02T00:00:00Z"
 
 LICENSE_URIS = (
     # weight, URI as GBIF serves it
@@ -143,6 +145,7 @@ class LabGbifClient:
     """Serves GBIF occurrence-search pages from the deterministic lab data."""
 
     source = LAB_SOURCE
+    snapshot_retrieved: str | None = LAB_RETRIEVED
 
     def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
         species = _species_for_params(params)

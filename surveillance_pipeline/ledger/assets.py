@@ -9,6 +9,7 @@ from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
 from surveillance_pipeline.ledger.feed import SCHEMA_VERSION, TARGET, apply_batch, batch_path, read_batch
 from surveillance_pipeline.ledger.lab_batches import FIRST_DAY
+from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
 from surveillance_pipeline.resources import DataPaths, Warehouse
 
@@ -17,6 +18,7 @@ NO_BATCH = "none"
 
 
 @dg.asset(
+    metadata=outputs_metadata(tables=["occurrence_feed", "batch_ledger"]),
     partitions_def=batch_days,
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="ledger",

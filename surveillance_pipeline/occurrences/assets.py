@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
+from surveillance_pipeline.core.partition_files import delete_stale_staging_file
 from surveillance_pipeline.core.refresh import (
     LOADED,
     SKIPPED,
@@ -31,6 +32,7 @@ from surveillance_pipeline.occurrences.load import (
 )
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot, write_atomically
+from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 
@@ -80,6 +82,7 @@ def gbif_downloads(paths: DataPaths) -> dg.ObserveResult:
 
 
 @dg.asset(
+    metadata=outputs_metadata(folders=["raw"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_downloads],
@@ -106,6 +109,7 @@ def gbif_raw(
     with warehouse.connect() as conn:
 
         def ingest_partition(slug: str) -> PartitionReport:
+            delete_stale_staging_file(paths.raw(slug))
             ingest_outcome = ingest(species_by_slug(slug))
             parts = {
                 "request": ingest_outcome.request,
@@ -130,6 +134,7 @@ def gbif_raw(
 
 
 @dg.asset(
+    metadata=outputs_metadata(folders=["derived"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_raw],
@@ -144,6 +149,7 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
         def derive_partition(slug: str) -> PartitionReport:
             species = species_by_slug(slug)
             raw_path, derived_path = paths.raw(slug), paths.derived(slug)
+            delete_stale_staging_file(derived_path)
             snapshot = read_raw_snapshot(raw_path)
             derived = derive_occurrences(snapshot, species, raw_path)
             parts = JobKeyParts(
@@ -170,6 +176,7 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
 
 
 @dg.asset(
+    metadata=outputs_metadata(tables=["species", "occurrences"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_derived],

@@ -7,7 +7,6 @@ whatever order GBIF served them in. Only ingest writes these files; it is the on
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from surveillance_pipeline.core.errors import InputError, decode_utf8
 from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.partition_files import replace_file
 
 RAW_FORMAT = 1
 
@@ -72,13 +72,7 @@ def read_raw_snapshot(path: Path) -> RawSnapshot:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write beside the target and rename over it, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.staging")
-    with staging.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(staging, path)
+    replace_file(path, data)
 
 
 def file_version(data: bytes) -> str:

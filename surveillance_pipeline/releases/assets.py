@@ -2,7 +2,8 @@
 
 import hashlib
 import json
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ import psycopg
 from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
+from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
+from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.releases.build import (
     EXPORT_VERSION,
     BuiltExport,
@@ -22,13 +25,28 @@ from surveillance_pipeline.releases.build import (
     sample_export_parts,
 )
 from surveillance_pipeline.releases.exports import EXPORT_FORMAT, MANIFEST
+from surveillance_pipeline.releases.masking import (
+    DEFAULT_CRS,
+    DEFAULT_MAX_M,
+    DEFAULT_MIN_M,
+    MASKING_VERSION,
+    MaskingRules,
+    release_masked_partition,
+)
+from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
 from surveillance_pipeline.releases.registration import (
     register_release,
     registration_body,
     related_datasets,
     release_source_url,
 )
-from surveillance_pipeline.reporting import materialize_result
+from surveillance_pipeline.releases.replay import replay_masked_release as replay_from_provenance
+from surveillance_pipeline.reporting import (
+    PartitionReport,
+    materialize_result,
+    outcome_report,
+    report_partitions,
+)
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
@@ -77,6 +95,7 @@ EXPORT_ASSET: dict[str, Any] = {
 
 
 @dg.asset(
+    metadata=outputs_metadata(folders=["exports/sample"]),
     **EXPORT_ASSET,
     deps=[occurrence_sample_summary],
     pool="sample_export",
@@ -90,6 +109,7 @@ def sample_export(
 
 
 @dg.asset(
+    metadata=outputs_metadata(folders=["exports/devil_snapshot"]),
     **EXPORT_ASSET,
     deps=[devil_snapshot],
     pool="devil_snapshot_export",
@@ -114,6 +134,7 @@ class RegistrationConfig(dg.Config):
 
 
 @dg.asset(
+    metadata=outputs_metadata(tables=["external_calls"]),
     group_name=PUBLISHING_GROUP,
     deps=[sample_export],
     pool="derived_dataset_registration",
@@ -152,3 +173,78 @@ def derived_dataset_registration(
         data_version=dg.DataVersion(outcome.response.get("doi", "")),
         metadata={"action": action, "doi": outcome.response.get("doi", ""), "source_url": source_url},
     )
+
+
+class MaskedReleaseConfig(dg.Config):
+    """The donut each point is moved within, in metres of ``crs`` (a metric CRS): enters the job key."""
+
+    min_m: float = DEFAULT_MIN_M
+    max_m: float = DEFAULT_MAX_M
+    crs: str = DEFAULT_CRS
+
+
+@dg.asset(
+    **SPECIES_ASSET,
+    group_name="releases",
+    deps=[occurrences],
+    metadata=outputs_metadata(folders=[MASKED_RELEASE]),
+    code_version=f"masking-v{MASKING_VERSION}.format-v{EXPORT_FORMAT}",
+    pool=MASKED_RELEASE,
+    description="data/masked_release/<slug>/: the species' occurrences, each point moved between min_m and "
+    "max_m metres in a random direction (donut geomasking), as CSV, GeoParquet and manifest.json. The "
+    "randomness is a seed derived from the partition and the occurrences job key (in metadata and "
+    "provenance), so `replay` regenerates a release byte for byte.",
+)
+def masked_release(
+    context: dg.AssetExecutionContext, config: MaskedReleaseConfig, warehouse: Warehouse, paths: DataPaths
+) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+    rules = MaskingRules(min_m=config.min_m, max_m=config.max_m, crs=config.crs)
+    with warehouse.connect() as conn:
+
+        def release_partition(slug: str) -> PartitionReport:
+            folder = paths.partition(MASKED_RELEASE, slug)
+            outcome, release = release_masked_partition(
+                conn, slug=slug, rules=rules, folder=folder, run_id=context.run.run_id
+            )
+            return outcome_report(
+                outcome,
+                folder=str(folder),
+                # A string: a 64-bit seed is past what the UI's JSON numbers hold exactly.
+                seed=str(release.seed),
+                logical_run_id=release.logical_run_id,
+                manifest_sha256=release.manifest_sha256,
+            )
+
+        yield from report_partitions(context, release_partition, upstream=occurrences.key)
+
+
+class ReplayConfig(dg.Config):
+    """Which provenance row to replay, and the scratch folder (default: a new temporary folder)."""
+
+    provenance_id: int
+    into: str = ""
+
+
+@dg.op(description="Regenerate a masked release from its provenance row; fail unless the sha256 matches.")
+def replay_masked_release_op(
+    context: dg.OpExecutionContext, config: ReplayConfig, warehouse: Warehouse
+) -> dg.Output[str]:
+    into = Path(config.into) if config.into else Path(tempfile.mkdtemp(prefix="replay_")) / "release"
+    with warehouse.connect() as conn:
+        result = replay_from_provenance(conn, config.provenance_id, into)
+    metadata = {
+        "partition": result.partition_key,
+        "seed": str(result.seed),
+        "recorded_manifest_sha256": result.recorded_manifest_sha256,
+        "replayed_manifest_sha256": result.replayed_manifest_sha256,
+        "folder": str(result.folder),
+    }
+    if not result.equal:
+        raise dg.Failure(f"replay of provenance {config.provenance_id} differs", metadata=metadata)
+    context.log.info(f"replay of provenance {config.provenance_id}: manifest sha256 equal")
+    return dg.Output(result.replayed_manifest_sha256, metadata=metadata)
+
+
+@dg.job(description="Replay a masked release from a provenance row into a scratch folder, byte for byte.")
+def replay_masked_release() -> None:
+    replay_masked_release_op()

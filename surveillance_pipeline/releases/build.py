@@ -10,6 +10,7 @@ import psycopg
 import pyarrow as pa
 
 from surveillance_pipeline.core.keys import JobKeyParts
+from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, upstream_job_key
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.releases.exports import (
@@ -88,6 +89,8 @@ def export_if_changed(
 
     The key is cheap (state rows only); the rows are read and the files built only when it changed.
     """
+    # First, whatever a killed run left (a stale staging folder) goes, even when this run then skips.
+    recover_partition_folder(folder)
     parts = parts_of(conn)
     if export_is_current(folder, parts.key):
         return parts, None

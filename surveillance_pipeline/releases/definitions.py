@@ -5,7 +5,12 @@ import dagster as dg
 from surveillance_pipeline.releases.assets import (
     derived_dataset_registration,
     devil_snapshot_export,
+    masked_release,
+    replay_masked_release,
     sample_export,
 )
 
-defs = dg.Definitions(assets=[sample_export, devil_snapshot_export, derived_dataset_registration])
+defs = dg.Definitions(
+    assets=[sample_export, devil_snapshot_export, masked_release, derived_dataset_registration],
+    jobs=[replay_masked_release],
+)

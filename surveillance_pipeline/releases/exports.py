@@ -1,15 +1,16 @@
 """Byte-identical exports: CSV, (Geo)Parquet and a manifest naming each file's sha256, rows and job key.
 
-Every export states its order (``ORDER BY id``) and its formats, so a sha256 proves nothing changed. Files
-are written beside their final name and renamed into place, the manifest last, so a reader never sees half
-a file and a manifest never names a file that is not there yet.
+Every export states its order (``ORDER BY id``) and its formats, so a sha256 proves nothing changed. The
+whole folder is built as ``<name>.staging`` beside the live one and swapped in (core.partition_files), so a
+reader never sees half a file, a manifest never names a file that is not there, and no file of an earlier
+export survives into a new one.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 from shapely.geometry import Point
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
-from surveillance_pipeline.occurrences.raw import write_atomically
+from surveillance_pipeline.core.partition_files import replace_partition_folder, write_file_durably
 
 EXPORT_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -73,8 +74,12 @@ def parquet_export(
     return ExportFile(name, buffer.getvalue(), len(rows), f"parquet: {PARQUET_COMPRESSION}")
 
 
-def manifest_bytes(files: Sequence[ExportFile], parts: JobKeyParts, order: str) -> bytes:
+def manifest_bytes(
+    files: Sequence[ExportFile], parts: JobKeyParts, order: str, extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """The manifest; ``extra`` adds fields some releases carry (a masked release's seed)."""
     document = {
+        **(extra or {}),
         "export_format": EXPORT_FORMAT,
         "job_key": parts.key,
         "job_key_parts": parts.as_dict(),
@@ -98,10 +103,20 @@ def export_is_current(folder: Path, job_key: str) -> bool:
     )
 
 
-def publish_export(folder: Path, files: Sequence[ExportFile], parts: JobKeyParts, order: str) -> bytes:
-    """Write every file, then the manifest, each renamed into place; returns the manifest's bytes."""
-    for export in files:
-        write_atomically(folder / export.name, export.data)
-    manifest = manifest_bytes(files, parts, order)
-    write_atomically(folder / MANIFEST, manifest)
+def publish_export(
+    folder: Path,
+    files: Sequence[ExportFile],
+    parts: JobKeyParts,
+    order: str,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
+    """Replace the folder with these files and their manifest, swapped in whole; returns the manifest."""
+    manifest = manifest_bytes(files, parts, order, extra)
+
+    def write_into(staging: Path) -> None:
+        for export in files:
+            write_file_durably(staging / export.name, export.data)
+        write_file_durably(staging / MANIFEST, manifest)
+
+    replace_partition_folder(folder, write_into)
     return manifest

@@ -9,6 +9,7 @@ from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_recorded_key, report_derived_output
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
+from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import (
     PartitionReport,
     materialize_result,
@@ -40,6 +41,7 @@ class SampleConfig(dg.Config):
 
 
 @dg.asset(
+    metadata=outputs_metadata(tables=["occurrence_sample", "sample_drift"]),
     **SPECIES_ASSET,
     group_name="samples",
     deps=[occurrences],
@@ -68,6 +70,8 @@ def occurrence_sample(
 
 
 @dg.asset(
+    # Its output is its metadata and data version: it writes no table and no file.
+    metadata=outputs_metadata(),
     group_name="samples",
     deps=[occurrence_sample],
     automation_condition=REFRESH_WHEN_INPUTS_CHANGE,

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from surveillance_pipeline.core.errors import StaleInputError
+from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import materialize_result
 from surveillance_pipeline.resources import DataPaths, Warehouse
 from surveillance_pipeline.snapshots import devil
@@ -40,6 +41,7 @@ class DevilSnapshotConfig(dg.Config):
 
 
 @dg.asset(
+    metadata=outputs_metadata(tables=["devil_snapshot"]),
     group_name="snapshots",
     deps=[devil_delivery],
     # Names the versions current at import; the job key reads them at run time.

@@ -1,2 +1,4 @@
-INSERT INTO provenance (run_id, asset, partition_key, action, reason, job_key, parts, rows)
-VALUES (%(run_id)s, %(asset)s, %(partition_key)s, %(action)s, %(reason)s, %(job_key)s, %(parts)s, %(rows)s)
+INSERT INTO provenance (run_id, asset, partition_key, action, reason, job_key, parts, rows, detail)
+VALUES (%(run_id)s, %(asset)s, %(partition_key)s, %(action)s, %(reason)s, %(job_key)s, %(parts)s, %(rows)s,
+        %(detail)s)
+RETURNING id

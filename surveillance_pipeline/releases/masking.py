@@ -1,0 +1,203 @@
+"""masked_release: donut geomasking of one species' occurrence points for public release (Dagster-free).
+
+Each point moves a random distance between ``min_m`` and ``max_m`` metres in a random direction, measured
+in a metric CRS (default EPSG:3577, Australian Albers, which covers Tasmania), so no released point sits
+closer than ``min_m`` to the true one. The radius is drawn uniformly over the donut's area (not over
+distance), so masked points do not crowd the inner ring.
+
+The randomness is a derived seed (core.seeds) of the partition and the upstream occurrences job key, drawn
+in id order: the same input gives the same release, byte for byte, and ``replay`` can prove it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from pyproj import Transformer
+
+from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.partition_files import recover_partition_folder
+from surveillance_pipeline.core.refresh import RefreshOutcome, report_derived_output, upstream_job_key
+from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
+from surveillance_pipeline.releases.exports import (
+    EXPORT_FORMAT,
+    MANIFEST,
+    csv_export,
+    export_is_current,
+    geoparquet_export,
+    publish_export,
+)
+
+PACKAGE = "surveillance_pipeline.releases"
+STAGE = "masked_release"
+# Bump when the same input, config and seed would give other masked points (the draw or its order).
+MASKING_VERSION = 1
+ORDER = "ORDER BY id"
+COLUMNS = ("id", "species", "year", "longitude", "latitude", "license")
+# Released coordinates keep 6 decimals (about 0.1 m), the precision the CSV writes, in both files.
+COORDINATE_DECIMALS = 6
+DEFAULT_MIN_M = 100.0
+DEFAULT_MAX_M = 1000.0
+DEFAULT_CRS = "EPSG:3577"
+
+
+@dataclass(frozen=True)
+class MaskingRules:
+    """The donut and the CRS it is measured in: the config part of masked_release's job key."""
+
+    min_m: float = DEFAULT_MIN_M
+    max_m: float = DEFAULT_MAX_M
+    crs: str = DEFAULT_CRS
+
+    def as_config(self) -> dict[str, Any]:
+        if not 0 <= self.min_m < self.max_m:
+            raise ValueError(f"masked_release: need 0 <= min_m < max_m, got {self.min_m} and {self.max_m}")
+        return {"min_m": float(self.min_m), "max_m": float(self.max_m), "crs": self.crs}
+
+
+@cache
+def _transformer(source: str, target: str) -> Transformer:
+    """One transformer per CRS pair per process: building one costs more than masking a species."""
+    return Transformer.from_crs(source, target, always_xy=True)
+
+
+def donut_mask(
+    longitudes: np.ndarray, latitudes: np.ndarray, rules: MaskingRules, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Move every point by a draw from the donut; NaN (no coordinates) stays NaN.
+
+    One radius and one angle are drawn for every row, with or without coordinates, in the given order, so
+    a row's draw depends only on its position in id order.
+    """
+    rules.as_config()
+    generator = stage_generator(seed)
+    count = len(longitudes)
+    area_share = generator.random(count)
+    angle = generator.random(count) * 2 * math.pi
+    radius = np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
+    x, y = _transformer("EPSG:4326", rules.crs).transform(longitudes, latitudes)
+    to_degrees = _transformer(rules.crs, "EPSG:4326")
+    masked_lon, masked_lat = to_degrees.transform(x + radius * np.cos(angle), y + radius * np.sin(angle))
+    # PROJ's inverse turns NaN into a pole; a record without coordinates must stay without them.
+    missing = np.isnan(longitudes) | np.isnan(latitudes)
+    return (
+        np.where(missing, np.nan, np.round(np.asarray(masked_lon, dtype=float), COORDINATE_DECIMALS)),
+        np.where(missing, np.nan, np.round(np.asarray(masked_lat, dtype=float), COORDINATE_DECIMALS)),
+    )
+
+
+def _column(rows: list[tuple[Any, ...]], index: int) -> np.ndarray:
+    return np.array([np.nan if row[index] is None else row[index] for row in rows], dtype=float)
+
+
+def masked_rows(rows: list[tuple[Any, ...]], rules: MaskingRules, seed: int) -> list[tuple[Any, ...]]:
+    """``COLUMNS`` rows with masked coordinates; sorted by id first, so the draws follow id order."""
+    ordered = sorted(rows, key=lambda row: row[0])
+    longitudes, latitudes = donut_mask(_column(ordered, 3), _column(ordered, 4), rules, seed)
+    return [
+        (row[0], row[1], row[2], _coordinate(lon), _coordinate(lat), row[5])
+        for row, lon, lat in zip(ordered, longitudes, latitudes, strict=True)
+    ]
+
+
+def _coordinate(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+@dataclass(frozen=True)
+class MaskedRelease:
+    parts: JobKeyParts
+    logical_run_id: str
+    seed: int
+    rows: int
+    manifest_sha256: str
+    written: bool
+
+    def detail(self) -> dict[str, Any]:
+        """What the provenance row keeps so ``replay`` can regenerate this release."""
+        return {
+            "stage": STAGE,
+            "logical_run_id": self.logical_run_id,
+            "seed": self.seed,
+            "manifest_sha256": self.manifest_sha256,
+        }
+
+
+def masked_release_parts(input_job_key: str, rules: MaskingRules) -> JobKeyParts:
+    return JobKeyParts(
+        input=input_job_key, transform=MASKING_VERSION, config=rules.as_config(), schema=EXPORT_FORMAT
+    )
+
+
+def build_masked_release(
+    conn: psycopg.Connection,
+    slug: str,
+    rules: MaskingRules,
+    folder: Path,
+    *,
+    expected_input: str | None = None,
+    rebuild: bool = False,
+) -> MaskedRelease:
+    """Mask one species and publish it into ``folder`` (swapped in whole), unless it already holds the key.
+
+    ``expected_input``: the upstream key the caller needs (a replay); a different one fails the build.
+    ``rebuild``: build even when the folder holds the key (a replay proves, it does not trust).
+    """
+    # First, whatever a killed run left (a stale staging folder) goes, even when this run then skips.
+    recover_partition_folder(folder)
+    with conn.transaction():
+        # Share-locks occurrences' state row: its rows cannot be reloaded while we read them.
+        input_key = upstream_job_key(conn, OCCURRENCES_JOB, slug)
+        if expected_input is not None and input_key != expected_input:
+            raise ValueError(
+                f"occurrences for {slug!r} now holds job key {input_key}, not {expected_input}: the release "
+                "can be regenerated only from the input it was made from"
+            )
+        parts = masked_release_parts(input_key, rules)
+        logical = logical_run_id(slug, input_key)
+        seed = derived_seed(logical, STAGE)
+        if not rebuild and export_is_current(folder, parts.key):
+            return MaskedRelease(
+                parts, logical, seed, _manifest_rows(folder), sha256_file(folder / MANIFEST), False
+            )
+        rows = conn.execute(load_sql(PACKAGE, "select_masked_release_rows"), {"slug": slug}).fetchall()
+    released = masked_rows(rows, rules, seed)
+    files = [
+        csv_export(f"{slug}.csv", COLUMNS, released),
+        geoparquet_export(f"{slug}.parquet", COLUMNS, released),
+    ]
+    extra = {"masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed}}
+    manifest = publish_export(folder, files, parts, ORDER, extra)
+    return MaskedRelease(parts, logical, seed, len(released), sha256_hex(manifest), True)
+
+
+def _manifest_rows(folder: Path) -> int:
+    files = json.loads((folder / MANIFEST).read_bytes())["files"]
+    return int(next(iter(files.values()))["rows"])
+
+
+def release_masked_partition(
+    conn: psycopg.Connection, *, slug: str, rules: MaskingRules, folder: Path, run_id: str
+) -> tuple[RefreshOutcome, MaskedRelease]:
+    """Build (or skip) one species' masked release and record it, seed included, in provenance."""
+    release = build_masked_release(conn, slug, rules, folder)
+    outcome = report_derived_output(
+        conn,
+        asset=STAGE,
+        partition_key=slug,
+        parts=release.parts,
+        rows=release.rows,
+        run_id=run_id,
+        unchanged=not release.written,
+        detail=release.detail(),
+    )
+    return outcome, release

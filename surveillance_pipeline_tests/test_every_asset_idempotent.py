@@ -1,0 +1,211 @@
+"""The CI assertion for every asset: materialized twice, and again from scratch on shuffled input, same bytes.
+
+The assets come from the assembled Definitions, not from a list kept here, so a new asset cannot escape.
+Each asset declares the tables and data folders it writes (``surveillance_pipeline.outputs``); an asset
+without the declaration fails this test, and so does a table or file that no declaration covers.
+
+Compared: every declared table by an md5 of its rows in primary-key order (a table without a key: in the
+order of its rows' text), every file under data/ by sha256, and the data version Dagster recorded for every
+asset partition. No output is a float that depends on summation order (masked coordinates are computed
+point by point, rounded to 6 decimals; sums are integer counts), so every comparison is exact.
+
+Left out of the row md5: ``timestamptz`` columns and columns named ``run_id``. They record when, and in
+which Dagster run, a row was written (``applied_at``, ``sample_drift.recorded_at`` and ``.run_id``): a
+log of the runs, which a fresh database cannot repeat, not the rows' content.
+
+Species: the first SPECIES_COUNT partitions in registry order, not all 71, to keep the suite's time
+modest (test_lab_run already runs all 71 twice through make run's code path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psycopg
+import pytest
+from psycopg import sql
+
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
+from surveillance_pipeline.lab_run import QUIET_CONSOLE, batch_days_present, prepare_lab_inputs
+from surveillance_pipeline.outputs import declared_outputs
+from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
+from surveillance_pipeline.reporting import partition_range_tags, recorded_data_version
+from surveillance_pipeline_tests.conftest import scratch_database
+from surveillance_pipeline_tests.pipeline import resources
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+
+SPECIES_COUNT = 6
+# Groups left out, each with its reason. Publishing acts on GBIF with an account's credentials (it mints
+# DOIs); it is launched by hand and test_registration covers it against a fake GBIF.
+EXCLUDED_GROUPS = {PUBLISHING_GROUP: "needs GBIF credentials and posts to GBIF; see test_registration"}
+# Folders of data/ that hold inputs the lab writes before the runs (deliveries, batches), not outputs.
+INPUT_FOLDERS = ("deliveries", "batches")
+# Columns that name the Dagster run that wrote a row (random by design): a log, not content.
+RUN_RECORD_COLUMNS = {"run_id"}
+# The refresh machinery's own tables: run ids and times by design; what they hold is checked elsewhere.
+STATE_TABLES = {"job_state", "provenance", "target_schema", "spatial_ref_sys"}
+
+
+def covered_assets(defs: dg.Definitions) -> tuple[dict[dg.AssetKey, Any], list[str], list[str]]:
+    """Every materializable asset outside the excluded groups, with its declared outputs.
+
+    Returns (covered assets -> declared outputs, excluded asset names, observed-only asset names).
+    """
+    graph = defs.resolve_asset_graph()
+    covered: dict[dg.AssetKey, Any] = {}
+    excluded: list[str] = []
+    observed: list[str] = []
+    for key in sorted(graph.get_all_asset_keys()):
+        node = graph.get(key)
+        if not node.is_materializable:
+            # An observable source (devil_delivery) is read, never written: it has no output to compare.
+            assert node.is_observable, f"{key.to_user_string()} is neither materializable nor observable"
+            observed.append(key.to_user_string())
+            continue
+        outputs = declared_outputs(dict(node.metadata))
+        assert outputs is not None, (
+            f"{key.to_user_string()} declares no outputs: add outputs_metadata(tables=..., folders=...)"
+        )
+        if node.group_name in EXCLUDED_GROUPS:
+            excluded.append(key.to_user_string())
+            continue
+        covered[key] = outputs
+    return covered, excluded, observed
+
+
+def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Path) -> set[dg.AssetKey]:
+    """make run's plan over the first SPECIES_COUNT species; returns the assets it materialized."""
+    prepare_lab_inputs(root)
+    species = partition_keys()[:SPECIES_COUNT]
+    days = batch_days_present(root)
+    plan = [
+        (SPECIES_ASSETS_JOB, partition_range_tags(species[0], species[-1])),
+        (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
+        (WHOLE_TARGET_ASSETS_JOB, {}),
+    ]
+    materialized: set[dg.AssetKey] = set()
+    for job, tags in plan:
+        result = defs.resolve_job_def(job).execute_in_process(
+            instance=instance, tags=tags, run_config=QUIET_CONSOLE
+        )
+        assert result.success, job
+        materialized |= {event.asset_key for event in result.get_asset_materialization_events()}
+        checks = result.get_asset_check_evaluations()
+        assert all(check.passed for check in checks), [(c.check_name, c.passed) for c in checks]
+    return materialized
+
+
+def table_md5(conn: psycopg.Connection, table: str) -> str:
+    """md5 of a table's rows (timestamptz and run_id columns left out) in primary-key order."""
+    columns = [
+        name
+        for name, kind in conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+        if kind != "timestamp with time zone" and name not in RUN_RECORD_COLUMNS
+    ]
+    assert columns, f"table {table} is not there"
+    key = [
+        row[0]
+        for row in conn.execute(
+            "SELECT attribute.attname FROM pg_index AS index "
+            "JOIN pg_attribute AS attribute ON attribute.attrelid = index.indrelid "
+            "AND attribute.attnum = ANY(index.indkey) "
+            "WHERE index.indrelid = to_regclass(%s) AND index.indisprimary ORDER BY attribute.attnum",
+            [table],
+        ).fetchall()
+    ]
+    row_text = sql.SQL("ROW({})::text").format(sql.SQL(", ").join(map(sql.Identifier, columns)))
+    order = sql.SQL(", ").join(map(sql.Identifier, key)) if key else row_text
+    statement = sql.SQL(
+        "SELECT md5(coalesce(string_agg({row}, E'\\n' ORDER BY {order}), '')) FROM {table}"
+    ).format(row=row_text, order=order, table=sql.Identifier(table))
+    result = conn.execute(statement).fetchone()
+    assert result is not None
+    return result[0]
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def data_versions(defs: dg.Definitions, instance: dg.DagsterInstance, keys, root: Path) -> dict[str, Any]:
+    """Dagster's latest data version of every partition of every covered asset."""
+    versions: dict[str, Any] = {}
+    species = set(partition_keys()[:SPECIES_COUNT])
+    days = set(batch_days_present(root))
+    for key in keys:
+        partitions_def = defs.resolve_assets_def(key).partitions_def
+        if partitions_def is None:
+            partitions: list[str | None] = [None]
+        else:
+            partitions = [p for p in partitions_def.get_partition_keys() if p in species or p in days]
+            assert partitions, key
+        for partition in partitions:
+            versions[f"{key.to_user_string()}[{partition}]"] = recorded_data_version(instance, key, partition)
+    return versions
+
+
+def snapshot(defs, instance, database_url: str, root: Path, covered) -> dict[str, Any]:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        tables = {table: table_md5(conn, table) for outputs in covered.values() for table in outputs.tables}
+    return {
+        "tables": tables,
+        "files": file_hashes(root),
+        "data_versions": data_versions(defs, instance, covered, root),
+    }
+
+
+def assert_every_output_is_declared(database_url: str, root: Path, covered) -> None:
+    """No table and no file appears that no covered asset declares: a new writer must declare itself."""
+    declared_tables = {table for outputs in covered.values() for table in outputs.tables}
+    declared_folders = {folder for outputs in covered.values() for folder in outputs.folders}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        present = {
+            row[0]
+            for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+        }
+    assert present - STATE_TABLES <= declared_tables, present - STATE_TABLES - declared_tables
+    for relative in file_hashes(root):
+        inside = [f for f in (*declared_folders, *INPUT_FOLDERS) if relative.startswith(f + "/")]
+        assert inside, f"data/{relative} is in no asset's declared folders"
+    for folder in declared_folders:
+        assert (root / folder).is_dir(), f"data/{folder} is declared but nothing was written there"
+    leftovers = [p.name for p in root.rglob("*") if p.name.endswith((".staging", ".old"))]
+    assert not leftovers, leftovers
+
+
+def test_every_asset_gives_the_same_outputs_twice_and_from_scratch_on_shuffled_input(
+    db, database_url, server_url, postgres_instance, tmp_path
+):
+    root = tmp_path / "data"
+    defs = assemble(resources(database_url, root))
+    covered, excluded, observed = covered_assets(defs)
+    assert excluded == ["derived_dataset_registration"]
+    assert observed == ["devil_delivery", "gbif_downloads"]
+
+    assert run_everything(defs, postgres_instance, root) == set(covered)
+    assert_every_output_is_declared(database_url, root, covered)
+    first = snapshot(defs, postgres_instance, database_url, root, covered)
+    assert first["tables"] and first["files"] and None not in first["data_versions"].values()
+
+    assert run_everything(defs, postgres_instance, root) == set(covered)
+    assert snapshot(defs, postgres_instance, database_url, root, covered) == first
+
+    fresh_root = tmp_path / "fresh" / "data"
+    with scratch_database(server_url, "surveillance_shuffled") as fresh_url:
+        fresh_defs = assemble(resources(fresh_url, fresh_root, edit="shuffle"))
+        assert run_everything(fresh_defs, postgres_instance, fresh_root) == set(covered)
+        shuffled = snapshot(fresh_defs, postgres_instance, fresh_url, fresh_root, covered)
+    assert shuffled["tables"] == first["tables"]
+    assert shuffled["files"] == first["files"]
+    assert shuffled["data_versions"] == first["data_versions"]
+    print(f"covered {sorted(k.to_user_string() for k in covered)}; excluded {excluded}; observed {observed}")
