@@ -51,6 +51,7 @@ def test_the_shared_dwca_is_read_by_its_meta_xml(shared_data):
     download = read_download(shared_data / DWCA_ZIP)
     assert (download.format, download.key, download.doi) == (DWCA, "0000066-140928181241064", None)
     assert download.query == '{"type":"equals","key":"ELEVATION","value":"9500"}'
+    assert download.created() == "2014-09-28T18:12:41Z"  # read off the key: the raw snapshot's time
     # The figures PROVENANCE.md gives for occurrence.txt.
     assert download.counts() == {
         "above_species_rank": 161,
@@ -70,6 +71,7 @@ def test_the_shared_dwca_is_read_by_its_meta_xml(shared_data):
 def test_the_shared_simple_csv_is_read_and_its_licenses_normalize_like_uris(shared_data):
     download = read_download(shared_data / SIMPLE_ZIP)
     assert (download.format, download.key, download.query) == (SIMPLE_CSV, "0009886-250127130748423", None)
+    assert download.created() == "2025-01-27T13:07:48Z"
     assert download.counts() == {
         "above_species_rank": 0,
         "no_coordinates": 8,
