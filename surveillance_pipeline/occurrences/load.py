@@ -11,6 +11,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
@@ -110,12 +111,14 @@ def load_occurrences(
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
+        fault_point(AFTER_DELETE, connection)
         connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
         with connection.cursor().copy(
             "COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)"
         ) as copy:
             for start in range(0, len(derived), COPY_BLOCK):
                 copy.write(derived[start : start + COPY_BLOCK])
+                fault_point(MID_COPY, connection)
         cursor = connection.execute(
             load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=table),
             {
