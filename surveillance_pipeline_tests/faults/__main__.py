@@ -73,6 +73,37 @@ def run_concurrency(bench: Bench, counts: list[int]) -> list[Tally]:
     return tallies
 
 
+# The project's pools over a Postgres-backed instance of its own; the URL is read from the environment.
+POOL_INSTANCE = """\
+storage:
+  postgres:
+    postgres_url: {env: FAULTS_DAGSTER_STORAGE_URL}
+concurrency:
+  pools:
+    default_limit: 1
+telemetry:
+  enabled: false
+"""
+
+
+def run_pools(bench: Bench, counts: list[int], server_url: str) -> list[Tally]:
+    tallies = []
+    home = bench.work / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(POOL_INSTANCE, encoding="utf-8")
+    with scratch_database(server_url, "dagster_faults") as storage:
+        environment = {
+            "DAGSTER_HOME": str(home),
+            "FAULTS_DAGSTER_STORAGE_URL": storage.replace("postgresql://", "postgresql+psycopg2://", 1),
+        }
+        os.environ["FAULTS_DAGSTER_STORAGE_URL"] = environment["FAULTS_DAGSTER_STORAGE_URL"]
+        for number, workers in enumerate(counts):
+            tally = Tally(f"{workers} concurrent runs, one instance with pools")
+            concurrent_trial(bench, tally, workers, 100 + number, shared_instance=environment)
+            tallies.append(tally)
+    return tallies
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -81,14 +112,17 @@ def main() -> int:
     parser.add_argument("--restarts", type=int, default=10)
     parser.add_argument("--terminates", type=int, default=len(COMBINATIONS))
     parser.add_argument("--concurrency", default="2,3,4", help="comma-separated process counts")
+    parser.add_argument("--pools", default="2,3", help="process counts for runs through one instance's pools")
     arguments = parser.parse_args()
     counts = [int(n) for n in arguments.concurrency.split(",") if n.strip()]
+    pool_counts = [int(n) for n in arguments.pools.split(",") if n.strip()]
     started = time.monotonic()
     tallies: list[Tally] = []
     with tempfile.TemporaryDirectory(prefix="surveillance-faults-") as scratch:
         work = Path(scratch)
         snapshots = prepare_snapshots(work / "data")
-        with scratch_database(os.environ["SURVEILLANCE_DATABASE_URL"], "surveillance_faults") as url:
+        server_url = os.environ["SURVEILLANCE_DATABASE_URL"]
+        with scratch_database(server_url, "surveillance_faults") as url:
             bench = Bench(url, snapshots, work)
             bench.calibrate()
             tallies += run_kills(bench, arguments.kills)
@@ -100,6 +134,7 @@ def main() -> int:
                 terminate_backend(bench),
             )
             tallies += run_concurrency(bench, counts)
+            tallies += run_pools(bench, pool_counts, server_url) if pool_counts else []
         if arguments.restarts:
             cluster = PrivateCluster()
             try:

@@ -224,8 +224,10 @@ class Bench:
         action: str,
         signal_file: Path,
         start_file: Path | None = None,
+        shared_instance: dict[str, str] | None = None,
     ) -> subprocess.Popen[str]:
-        env = dict(os.environ, SURVEILLANCE_DATABASE_URL=self.database_url)
+        """A worker loading B; ``shared_instance`` is the environment naming a DAGSTER_HOME to use."""
+        env = dict(os.environ, SURVEILLANCE_DATABASE_URL=self.database_url, **(shared_instance or {}))
         for name in (FAULT_POINT_VARIABLE, FAULT_ACTION_VARIABLE, FAULT_SIGNAL_VARIABLE):
             env.pop(name, None)
         if point is not None:
@@ -240,6 +242,8 @@ class Bench:
         command.append(str(self.snapshots.b))
         if start_file is not None:
             command += ["--start-file", str(start_file)]
+        if shared_instance is not None:
+            command.append("--shared-instance")
         return subprocess.Popen(  # noqa: S603  # our own worker module, arguments we built
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -330,11 +334,50 @@ def terminate_backend(bench: Bench) -> Callable[[int], None]:
     return interrupt
 
 
-def concurrent_trial(bench: Bench, tally: Tally, workers: int, number: int) -> None:
+def _wait_for_lock_waiters(bench: Bench, count: int) -> bool:
+    deadline = time.monotonic() + WAIT_SECONDS
+    with bench.connect() as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
+            if waiting is not None and waiting[0] >= count:
+                return True
+            time.sleep(0.05)
+    return False
+
+
+def _wait_for_pool_queue(bench: Bench, count: int, dagster_home: Path) -> bool:
+    """True once ``count`` steps wait for the occurrences pool and none waits at the database lock."""
+    import dagster as dg  # only this trial needs an instance here
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline:
+            info = instance.event_log_storage.get_concurrency_info("occurrences")
+            if info.pending_step_count >= count:
+                # Give a step that slipped past the pool time to show up at the lock, then look.
+                time.sleep(1.0)
+                with bench.connect() as conn:
+                    waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
+                return waiting is not None and waiting[0] == 0
+            time.sleep(0.1)
+    return False
+
+
+def concurrent_trial(
+    bench: Bench,
+    tally: Tally,
+    workers: int,
+    number: int,
+    shared_instance: dict[str, str] | None = None,
+) -> None:
     """``workers`` plain materialize() calls of one occurrences partition at the same moment.
 
     The first to take the partition's lock is held just before COMMIT until all the others are seen
     waiting for that lock, so the overlap is certain rather than likely.
+
+    With ``shared_instance`` (the environment of a DAGSTER_HOME whose instance has the project's pools),
+    the others must instead be seen queued for the ``occurrences`` pool while none waits at the database
+    lock: the pool serializes the runs before they reach the database.
     """
     target = "occurrences"
     bench.reset_to_a(target)
@@ -344,21 +387,24 @@ def concurrent_trial(bench: Bench, tally: Tally, workers: int, number: int) -> N
     signal_file, release = _trial_files(bench, f"concurrent-{workers}", number)
     start = bench.work / f"concurrent-{workers}-{number}.start"
     processes = [
-        bench.spawn(target, point="before_commit", action=BLOCK, signal_file=signal_file, start_file=start)
+        bench.spawn(
+            target,
+            point="before_commit",
+            action=BLOCK,
+            signal_file=signal_file,
+            start_file=start,
+            shared_instance=shared_instance,
+        )
         for _ in range(workers)
     ]
     start.touch()
     overlapped = False
     try:
         wait_for_signal(signal_file, processes[0])
-        deadline = time.monotonic() + WAIT_SECONDS
-        with bench.connect() as conn:
-            while time.monotonic() < deadline:
-                waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
-                if waiting is not None and waiting[0] >= workers - 1:
-                    overlapped = True
-                    break
-                time.sleep(0.05)
+        if shared_instance is None:
+            overlapped = _wait_for_lock_waiters(bench, workers - 1)
+        else:
+            overlapped = _wait_for_pool_queue(bench, workers - 1, Path(shared_instance["DAGSTER_HOME"]))
     finally:
         release.touch()
     results = [process.communicate(timeout=WAIT_SECONDS) for process in processes]

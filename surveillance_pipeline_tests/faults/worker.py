@@ -30,12 +30,14 @@ FAILED = 3
 ASSETS = {"occurrences": occurrences, "devil_snapshot": devil_snapshot}
 
 
-def materialize_target(target: str, data_dir: Path, database_url: str) -> dict[str, object]:
-    """Materialize ``target`` (the devil's partition for occurrences) in an ephemeral Dagster instance."""
+def materialize_target(
+    target: str, data_dir: Path, database_url: str, instance: dg.DagsterInstance | None = None
+) -> dict[str, object]:
+    """Materialize ``target`` (the devil's partition for occurrences); an ephemeral instance by default."""
     asset = ASSETS[target]
     result = dg.materialize(
         [asset],
-        instance=dg.DagsterInstance.ephemeral(),
+        instance=instance or dg.DagsterInstance.ephemeral(),
         partition_key=DEVIL if target == "occurrences" else None,
         resources={"warehouse": Warehouse(database_url=database_url), "paths": DataPaths(root=str(data_dir))},
         # Only warnings and errors: a trial's table, not Dagster's step log, is what the suite shows.
@@ -63,14 +65,20 @@ def main() -> int:
     parser.add_argument("target", choices=sorted(ASSETS))
     parser.add_argument("data_dir", type=Path)
     parser.add_argument("--start-file", type=Path)
+    parser.add_argument(
+        "--shared-instance",
+        action="store_true",
+        help="use the instance in DAGSTER_HOME (shared storage, pools enforced) instead of an ephemeral one",
+    )
     arguments = parser.parse_args()
+    instance = dg.DagsterInstance.get() if arguments.shared_instance else None
     if arguments.start_file is not None:
         deadline = time.monotonic() + 120
         while not arguments.start_file.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
     try:
         outcome = materialize_target(
-            arguments.target, arguments.data_dir, os.environ["SURVEILLANCE_DATABASE_URL"]
+            arguments.target, arguments.data_dir, os.environ["SURVEILLANCE_DATABASE_URL"], instance
         )
     except Exception as error:  # reported, not hidden: the suite reads this line and the exit code
         cause = root_cause(error)
