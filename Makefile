@@ -37,7 +37,7 @@ test: provision ## Run the whole test suite against the provisioned PostGIS (and
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m pytest
 
-faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~6 min)
+faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~7 min)
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline_tests.faults $(FAULTS_ARGS)
 

@@ -62,11 +62,12 @@ def test_a_terminated_connection_mid_copy_is_a_clear_error_and_writes_nothing(be
     assert "terminating connection due to administrator command" in message
 
 
-def test_three_simultaneous_materializations_load_once_and_the_others_skip(bench):
-    tally = Tally("3 concurrent")
-    concurrent_trial(bench, tally, 3, 0)
+def test_two_simultaneous_materializations_load_once_and_the_other_skips(bench):
+    # Two here to stay within a minute; make faults runs two, three and four.
+    tally = Tally("2 concurrent")
+    concurrent_trial(bench, tally, 2, 0)
     _assert_passed(tally)
-    assert tally.notes == ["1 loaded, 2 skipped"]
+    assert tally.notes == ["1 loaded, 1 skipped"]
 
 
 def test_a_fault_point_is_inert_unless_named(monkeypatch, tmp_path):
