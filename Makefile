@@ -11,7 +11,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs &&
 
-.PHONY: help venv provision run test ui lint lock clean replay
+.PHONY: help venv provision run test faults ui lint lock clean replay
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -39,6 +39,10 @@ test: provision ## Run the whole test suite against the provisioned PostGIS (and
 
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
+
+faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~7 min)
+	@mkdir -p .dagster
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline_tests.faults $(FAULTS_ARGS)
 
 ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster

@@ -144,7 +144,9 @@ def test_tampered_derived_file_is_refused(db, database_url, data_dir, instance):
     lines[5] = lines[5].replace(",CC BY-NC 4.0", ",CC0 1.0").replace(",CC BY 4.0", ",CC0 1.0")
     lines[6] = lines[6].replace(",CC BY-NC 4.0", ",CC0 1.0").replace(",CC BY 4.0", ",CC0 1.0")
     derived.write_text("".join(lines[:3] + lines[4:]))  # also a dropped record
-    with pytest.raises(StaleInputError, match=r"differs from a fresh derive .* \(first at line 4\)"):
+    with pytest.raises(
+        StaleInputError, match=r"differs from a fresh derive .* \(first at line 4, field 'id'\)"
+    ):
         materialize(instance, database_url, data_dir, assets=[occurrences])
     assert (table_md5(db), state_row(db)) == before
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from surveillance_pipeline.core.errors import InputError, decode_utf8
+from surveillance_pipeline.core.errors import InputError, text_lines
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import TargetSchema, ensure_target_schema
 from surveillance_pipeline.core.sql_files import load_sql
@@ -29,7 +29,11 @@ PACKAGE = "surveillance_pipeline.ledger"
 TARGET = "occurrence_feed"
 SCHEMA_VERSION = 1
 BATCH_HEADER = "id,species,year,longitude,latitude,license"
-_WHOLE_NUMBER = re.compile(r"[0-9]+")
+# At most 19 digits (bigint) and 4 (a year): Python's int() refuses very long digit strings outright.
+_GBIF_ID = re.compile(r"[0-9]{1,19}")
+_YEAR = re.compile(r"[0-9]{1,4}")
+# What both Python and PostgreSQL read as the same double; float() alone also takes "nan", "1_0", " 1".
+_DECIMAL = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 
 
 def feed_schema() -> TargetSchema:
@@ -62,11 +66,13 @@ def read_batch(path: Path) -> Batch:
     if path.is_symlink() or not path.is_file():
         raise InputError(path, "file", None, "a batch must be a regular file (not a directory or a symlink)")
     data = path.read_bytes()
-    lines = decode_utf8(path, data).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = text_lines(path, data, BATCH_HEADER.split(","))
     if not lines or lines[0] != BATCH_HEADER:
         raise InputError(path, "line 1", None, f"expected the header {BATCH_HEADER!r}")
+    if len(lines) == 1:
+        raise InputError(
+            path, "line 2", None, "no records after the header: a day without records has no file"
+        )
     species = set(partition_keys())
     seen: dict[int, int] = {}
     for number, line in enumerate(lines[1:], start=2):
@@ -75,7 +81,7 @@ def read_batch(path: Path) -> Batch:
         if len(fields) != 6:
             raise InputError(path, where, None, f"expected 6 fields ({BATCH_HEADER}), found {len(fields)}")
         raw_id, slug, raw_year, raw_longitude, raw_latitude, license_name = fields
-        if not _WHOLE_NUMBER.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
+        if not _GBIF_ID.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
             raise InputError(path, where, "id", f"expected a gbifID in 1..{MAX_GBIF_ID}, got {raw_id!r}")
         if int(raw_id) in seen:
             raise InputError(path, where, "id", f"duplicate id, first on line {seen[int(raw_id)]}")
@@ -83,10 +89,13 @@ def read_batch(path: Path) -> Batch:
         if slug not in species:
             raise InputError(path, where, "species", f"{slug!r} is not in the species registry")
         if raw_year and (
-            not _WHOLE_NUMBER.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
+            not _YEAR.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
         ):
             raise InputError(
-                path, where, "year", f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}"
+                path,
+                where,
+                "year",
+                f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}, got {raw_year!r}",
             )
         _check_coordinates(path, where, raw_longitude, raw_latitude)
         if license_name and license_name not in LICENSES:
@@ -98,10 +107,9 @@ def _check_coordinates(path: Path, where: str, raw_longitude: str, raw_latitude:
     if not raw_longitude and not raw_latitude:
         return
     for name, raw, limit in (("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)):
-        try:
-            value = float(raw)
-        except ValueError:
-            raise InputError(path, where, name, f"expected a number, got {raw!r}") from None
+        if not _DECIMAL.fullmatch(raw):
+            raise InputError(path, where, name, f"expected a decimal number, got {raw!r}")
+        value = float(raw)
         if not math.isfinite(value) or not -limit <= value <= limit:
             raise InputError(path, where, name, f"{raw} is not a number in -{limit}..{limit}")
 

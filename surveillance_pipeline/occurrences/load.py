@@ -11,11 +11,12 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.derive import derive_occurrences
+from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_occurrences
 from surveillance_pipeline.occurrences.licenses import LICENSES
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot
 
@@ -59,19 +60,25 @@ def verified_derived_bytes(species: Species, raw_path: Path, derived_path: Path)
         ) from None
     fresh = derive_occurrences(read_raw_snapshot(raw_path), species, raw_path).data
     if derived != fresh:
-        line = _first_difference(derived, fresh)
+        where = _first_difference(derived, fresh)
         raise StaleInputError(
-            f"{derived_path}: differs from a fresh derive of {raw_path} (first at line {line}); "
+            f"{derived_path}: differs from a fresh derive of {raw_path} (first at {where}); "
             f"it was edited or derived by other code: materialize gbif_derived for {species.slug} again"
         )
     return derived
 
 
-def _first_difference(a: bytes, b: bytes) -> int:
+def _first_difference(a: bytes, b: bytes) -> str:
+    """Where two derived files first differ: the line, and the column when both lines have it."""
     for number, (left, right) in enumerate(zip(a.split(b"\n"), b.split(b"\n"), strict=False), start=1):
         if left != right:
-            return number
-    return min(a.count(b"\n"), b.count(b"\n")) + 1
+            fields = zip(left.split(b","), right.split(b","), strict=False)
+            column = next((i for i, (x, y) in enumerate(fields) if x != y), len(DERIVED_COLUMNS))
+            if column < len(DERIVED_COLUMNS):
+                return f"line {number}, field {DERIVED_COLUMNS[column]!r}"
+            return f"line {number}"
+    shorter = min(a.count(b"\n"), b.count(b"\n"))
+    return f"line {shorter + 1}"
 
 
 def occurrence_job_parts(derived: bytes, rules: OccurrenceRules) -> JobKeyParts:
@@ -110,12 +117,14 @@ def load_occurrences(
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
+        fault_point(AFTER_DELETE, connection)
         connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
         with connection.cursor().copy(
             "COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)"
         ) as copy:
             for start in range(0, len(derived), COPY_BLOCK):
                 copy.write(derived[start : start + COPY_BLOCK])
+                fault_point(MID_COPY, connection)
         cursor = connection.execute(
             load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=table),
             {

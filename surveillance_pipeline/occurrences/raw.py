@@ -62,6 +62,11 @@ def read_raw_snapshot(path: Path) -> RawSnapshot:
         raise InputError(
             path, f"line {error.lineno} column {error.colno}", None, f"malformed JSON: {error.msg}"
         ) from None
+    except InputError:
+        raise  # decode_utf8's own, already naming line and byte (InputError is a ValueError too)
+    except ValueError as error:
+        # json parses a number of more than 4,300 digits into int, which refuses it with a plain ValueError.
+        raise InputError(path, "document", None, f"unreadable JSON: {error}") from None
     if not isinstance(document, dict):
         raise InputError(path, "line 1", None, "expected a JSON object")
     for name, kind in (("request", dict), ("retrieved", str), ("source", str), ("records", list)):

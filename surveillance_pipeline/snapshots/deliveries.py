@@ -10,13 +10,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from surveillance_pipeline.core.errors import InputError, decode_utf8
+from surveillance_pipeline.core.errors import InputError, text_lines
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, YEAR_RANGE
 from surveillance_pipeline.occurrences.licenses import LICENSES
 
 DELIVERY_HEADER = "id,year,license"
-_WHOLE_NUMBER = re.compile(r"[0-9]+")
+# At most 19 digits (bigint) and 4 (a year): Python's int() refuses very long digit strings outright.
+_GBIF_ID = re.compile(r"[0-9]{1,19}")
+_YEAR = re.compile(r"[0-9]{1,4}")
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,13 @@ def read_delivery(path: Path) -> Delivery:
             path, "file", None, "a delivery must be a regular file (not a directory or a symlink)"
         )
     data = path.read_bytes()
-    lines = decode_utf8(path, data).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = text_lines(path, data, DELIVERY_HEADER.split(","))
     if not lines or lines[0] != DELIVERY_HEADER:
         found = lines[0] if lines else "an empty file"
         raise InputError(path, "line 1", None, f"expected the header {DELIVERY_HEADER!r}, found {found!r}")
+    if len(lines) == 1:
+        # A delivery is the whole snapshot: loading an empty one would empty the table.
+        raise InputError(path, "line 2", None, "no records after the header")
     seen: dict[int, int] = {}
     for number, line in enumerate(lines[1:], start=2):
         fields = line.split(",")
@@ -59,7 +62,7 @@ def read_delivery(path: Path) -> Delivery:
                 path, f"line {number}", None, f"expected 3 fields (id,year,license), found {len(fields)}"
             )
         raw_id, raw_year, license_name = fields
-        if not _WHOLE_NUMBER.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
+        if not _GBIF_ID.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
             raise InputError(
                 path, f"line {number}", "id", f"expected a gbifID in 1..{MAX_GBIF_ID}, got {raw_id!r}"
             )
@@ -70,13 +73,13 @@ def read_delivery(path: Path) -> Delivery:
             )
         seen[gbif_id] = number
         if raw_year and (
-            not _WHOLE_NUMBER.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
+            not _YEAR.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
         ):
             raise InputError(
                 path,
                 f"line {number}",
                 "year",
-                f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}",
+                f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}, got {raw_year!r}",
             )
         if license_name not in LICENSES:
             raise InputError(path, f"line {number}", "license", f"unknown license {license_name!r}")

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
@@ -68,6 +69,7 @@ def stage_delivery(conn: psycopg.Connection, delivery: Delivery) -> None:
     conn.execute(load_sql(PACKAGE, "create_incoming_delivery"))
     with conn.cursor().copy("COPY incoming_delivery FROM STDIN (FORMAT csv, HEADER true)") as copy:
         copy.write(delivery.data)
+        fault_point(MID_COPY, conn)
 
 
 def build_snapshot_rows(conn: psycopg.Connection, target: str, config: dict[str, Any], transform: int) -> int:
@@ -92,6 +94,7 @@ def refresh_devil_snapshot(
 
     def replace_rows(connection: psycopg.Connection) -> int:
         connection.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(TABLE)))
+        fault_point(AFTER_DELETE, connection)
         stage_delivery(connection, delivery)
         return build_snapshot_rows(connection, TABLE, dict(parts.config), transform)
 

@@ -1,0 +1,1 @@
+"""The fault suite: kills, server restarts, overlapping runs and dropped connections (``make faults``)."""

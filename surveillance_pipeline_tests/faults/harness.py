@@ -1,0 +1,427 @@
+"""The fault trials: each starts from snapshot A in the target, disturbs a load of snapshot B, and checks.
+
+After every fault the suite checks three things, the columns of ``make faults``'s table:
+- target intact: the target's rows (md5 in key order) equal snapshot A's exactly;
+- state consistent: the state row's job key is A's, its parts are the last loaded provenance's, and the rows
+  are what that key describes (``snapshot_holds`` for devil_snapshot, A's reference md5 for occurrences);
+- converged: the next ordinary run loads B, and the target then equals B's reference md5.
+Concurrency trials instead check that exactly one of N simultaneous runs loaded and the rest skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from surveillance_pipeline.core.faults import (
+    BLOCK,
+    FAULT_ACTION_VARIABLE,
+    FAULT_POINT_VARIABLE,
+    FAULT_SIGNAL_VARIABLE,
+    KILL,
+)
+from surveillance_pipeline.core.refresh import (
+    LOADED,
+    SKIPPED,
+    WHOLE_TARGET,
+    RefreshOutcome,
+    ensure_state_tables,
+    last_loaded_parts,
+)
+from surveillance_pipeline.gbif.ingest import ingest_species
+from surveillance_pipeline.gbif.lab import LabGbifClient
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences import load
+from surveillance_pipeline.occurrences.derive import derive_occurrences
+from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot, write_atomically
+from surveillance_pipeline.snapshots import devil
+from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
+from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
+from surveillance_pipeline_tests.faults.worker import DEVIL, FAILED, materialize_target
+
+SPECIES = species_by_slug(DEVIL)
+TARGETS = ("occurrences", "devil_snapshot")
+WAIT_SECONDS = 120.0
+OCCURRENCES_MD5 = (
+    "SELECT count(*), md5(coalesce(string_agg(concat_ws('|', id, species_id, year, longitude, latitude,"
+    " license, ST_AsEWKT(geom)), E'\\n' ORDER BY id), '')) FROM occurrences WHERE species_id = %s"
+)
+# Backends of this database waiting for an advisory lock: the partition's, the only guard when pools
+# are bypassed. A waiter on any other lock would not count, and the trial would report no overlap.
+WAITING_FOR_LOCKS = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+)
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """Two data folders: A (the lab's devil records) and B (one record fewer, one year corrected)."""
+
+    a: Path
+    b: Path
+
+
+def prepare_snapshots(root: Path) -> Snapshots:
+    """Raw, derived and delivery files of A and B for the devil, written like the pipeline writes them."""
+    snapshots = Snapshots(root / "a", root / "b")
+    raw_a, raw_b = (folder / "raw" / f"{DEVIL}.json" for folder in (snapshots.a, snapshots.b))
+    ingest_species(LabGbifClient(), SPECIES, raw_a, retrieved="2026-11-02T00:00:00Z")
+    first = read_raw_snapshot(raw_a)
+    fewer = RawSnapshot(first.request, "2026-11-09T00:00:00Z", first.source, first.records[1:])
+    write_atomically(raw_b, fewer.to_bytes())
+    for folder, raw in ((snapshots.a, raw_a), (snapshots.b, raw_b)):
+        derived = derive_occurrences(read_raw_snapshot(raw), SPECIES, raw)
+        write_atomically(folder / "derived" / f"{DEVIL}.csv", derived.data)
+    write_lab_delivery(snapshots.a, "A", "2026-11-02")
+    write_lab_delivery(snapshots.b, "B", "2026-11-09")
+    return snapshots
+
+
+def load_in_process(conn: psycopg.Connection, target: str, folder: Path) -> RefreshOutcome:
+    """The core load the assets call, run here (no Dagster): how each trial puts A back."""
+    if target == "occurrences":
+        derived = load.verified_derived_bytes(
+            SPECIES, folder / "raw" / f"{DEVIL}.json", folder / "derived" / f"{DEVIL}.csv"
+        )
+        return load.load_occurrences(
+            conn, species=SPECIES, derived=derived, rules=load.OccurrenceRules(), run_id="fault-suite"
+        )
+    delivery = read_delivery(_newest(folder))
+    return devil.refresh_devil_snapshot(
+        conn, delivery=delivery, rules=devil.SnapshotRules(), run_id="fault-suite"
+    )
+
+
+def _newest(folder: Path) -> Path:
+    path = newest_delivery(folder / "deliveries" / DEVIL)
+    assert path is not None, f"no delivery under {folder}"
+    return path
+
+
+def fingerprint(conn: psycopg.Connection, target: str) -> tuple[int, str]:
+    """(rows, md5 of the rows in key order) of the target (the devil's partition of occurrences)."""
+    if target == "occurrences":
+        row = conn.execute(OCCURRENCES_MD5, [SPECIES.species_id]).fetchone()
+        assert row is not None
+        return int(row[0]), row[1]
+    return devil.table_fingerprint(conn, devil.TABLE)
+
+
+def _partition(target: str) -> str:
+    return DEVIL if target == "occurrences" else WHOLE_TARGET
+
+
+def state_describes(
+    conn: psycopg.Connection, target: str, folder: Path, reference: tuple[int, str]
+) -> tuple[bool, str]:
+    """Whether the state row names ``folder``'s snapshot, agrees with provenance, and the rows match it."""
+    partition = _partition(target)
+    state = conn.execute(
+        "SELECT job_key, parts, rows FROM job_state WHERE job = %s AND partition_key = %s",
+        [target, partition],
+    ).fetchone()
+    if state is None:
+        return False, "no state row"
+    job_key, parts, rows = state
+    if parts != last_loaded_parts(conn, target, partition):
+        return False, "state parts differ from the last loaded provenance"
+    if target == "occurrences":
+        derived = (folder / "derived" / f"{DEVIL}.csv").read_bytes()
+        expected_key = load.occurrence_job_parts(derived, load.OccurrenceRules()).key
+        if job_key != expected_key:
+            return False, "state key is not the snapshot's"
+        if (rows, *fingerprint(conn, target)[1:]) != reference:
+            return False, "rows differ from the snapshot's reference load"
+        return True, "ok"
+    verdict = devil.snapshot_holds(conn, read_delivery(_newest(folder)))
+    if rows != reference[0]:
+        return False, f"state says {rows} rows, reference {reference[0]}"
+    return verdict.holds, verdict.detail
+
+
+@dataclass
+class Tally:
+    """One line of the table: a fault and how its trials came out."""
+
+    fault: str
+    trials: int = 0
+    intact: int = 0
+    consistent: int = 0
+    converged: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, intact: bool, consistent: bool, converged: bool, note: str) -> None:
+        self.trials += 1
+        self.intact += intact
+        self.consistent += consistent
+        self.converged += converged
+        self.notes.append(note)
+
+    @property
+    def passed(self) -> bool:
+        return self.trials > 0 and self.trials == self.intact == self.consistent == self.converged
+
+    def row(self) -> tuple[str, str, str, str, str, str]:
+        # The most common worker outcome, then any other, so a surprise is visible in the table.
+        counts: dict[str, int] = {}
+        for note in self.notes:
+            counts[note] = counts.get(note, 0) + 1
+        worker = "; ".join(f"{note} ×{n}" for note, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return (
+            self.fault,
+            str(self.trials),
+            f"{self.intact}/{self.trials}",
+            f"{self.consistent}/{self.trials}",
+            f"{self.converged}/{self.trials}",
+            worker,
+        )
+
+
+@dataclass
+class Bench:
+    """A database, the two snapshots, and the reference fingerprints of A and B for each target."""
+
+    database_url: str
+    snapshots: Snapshots
+    work: Path
+    reference: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            yield conn
+
+    def calibrate(self) -> None:
+        """Load A then B of each target once, recording what each looks like when loaded cleanly."""
+        with self.connect() as conn:
+            ensure_state_tables(conn)
+            for target in TARGETS:
+                for name, folder in (("a", self.snapshots.a), ("b", self.snapshots.b)):
+                    load_in_process(conn, target, folder)
+                    self.reference[target, name] = fingerprint(conn, target)
+
+    def reset_to_a(self, target: str) -> None:
+        with self.connect() as conn:
+            load_in_process(conn, target, self.snapshots.a)
+            assert fingerprint(conn, target) == self.reference[target, "a"]
+
+    def spawn(
+        self,
+        target: str,
+        *,
+        point: str | None,
+        action: str,
+        signal_file: Path,
+        start_file: Path | None = None,
+        shared_instance: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """A worker loading B; ``shared_instance`` is the environment naming a DAGSTER_HOME to use."""
+        env = dict(os.environ, SURVEILLANCE_DATABASE_URL=self.database_url, **(shared_instance or {}))
+        for name in (FAULT_POINT_VARIABLE, FAULT_ACTION_VARIABLE, FAULT_SIGNAL_VARIABLE):
+            env.pop(name, None)
+        if point is not None:
+            env.update(
+                {
+                    FAULT_POINT_VARIABLE: point,
+                    FAULT_ACTION_VARIABLE: action,
+                    FAULT_SIGNAL_VARIABLE: str(signal_file),
+                }
+            )
+        command = [sys.executable, "-m", "surveillance_pipeline_tests.faults.worker", target]
+        command.append(str(self.snapshots.b))
+        if start_file is not None:
+            command += ["--start-file", str(start_file)]
+        if shared_instance is not None:
+            command.append("--shared-instance")
+        return subprocess.Popen(  # noqa: S603  # our own worker module, arguments we built
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def after_fault(self, target: str) -> tuple[bool, bool, bool]:
+        """Intact, consistent, converged: checked from fresh connections after the fault."""
+        with self.connect() as conn:
+            intact = fingerprint(conn, target) == self.reference[target, "a"]
+            consistent, _ = state_describes(conn, target, self.snapshots.a, self.reference[target, "a"])
+        outcome = materialize_target(target, self.snapshots.b, self.database_url)
+        with self.connect() as conn:
+            converged = (
+                outcome["action"] == LOADED
+                and fingerprint(conn, target) == self.reference[target, "b"]
+                and state_describes(conn, target, self.snapshots.b, self.reference[target, "b"])[0]
+            )
+        return intact, consistent, converged
+
+
+def wait_for_signal(path: Path, process: subprocess.Popen[str]) -> tuple[str, int]:
+    """(fault point name, backend pid) once the worker reached its fault point."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not path.exists():
+        if process.poll() is not None and not path.exists():
+            _, err = process.communicate()
+            raise RuntimeError(f"worker exited {process.returncode} before its fault point: {err[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("worker never reached its fault point")
+        time.sleep(0.02)
+    name, _pid, backend = path.read_text(encoding="utf-8").split()
+    return name, int(backend)
+
+
+def _trial_files(bench: Bench, label: str, number: int) -> tuple[Path, Path]:
+    signal_file = bench.work / f"{label}-{number}.signal"
+    return signal_file, Path(f"{signal_file}.release")
+
+
+def kill_trial(bench: Bench, tally: Tally, target: str, point: str, number: int) -> None:
+    """SIGKILL the materializing process at ``point`` (it kills itself there, so the moment is exact)."""
+    bench.reset_to_a(target)
+    signal_file, _ = _trial_files(bench, f"kill-{target}-{point}", number)
+    process = bench.spawn(target, point=point, action=KILL, signal_file=signal_file)
+    process.communicate(timeout=WAIT_SECONDS)
+    reached = signal_file.exists() and signal_file.read_text(encoding="utf-8").split()[0] == point
+    killed = process.returncode == -signal.SIGKILL and reached
+    intact, consistent, converged = bench.after_fault(target)
+    tally.add(intact and killed, consistent, converged, "killed at point" if killed else "NOT killed")
+
+
+def worker_report(stdout: str) -> dict[str, object]:
+    """The worker's last stdout line: its outcome, or its error (type, message, connection_lost)."""
+    lines = stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def interrupted_trial(
+    bench: Bench,
+    tally: Tally,
+    target: str,
+    point: str,
+    number: int,
+    interrupt: Callable[[int], None],
+    label: str,
+) -> str:
+    """Block the worker at ``point``, ``interrupt`` its backend (terminate it, stop the server), release."""
+    bench.reset_to_a(target)
+    signal_file, release = _trial_files(bench, f"{label}-{target}-{point}", number)
+    process = bench.spawn(target, point=point, action=BLOCK, signal_file=signal_file)
+    _, backend = wait_for_signal(signal_file, process)
+    interrupt(backend)
+    release.touch()
+    out, err = process.communicate(timeout=WAIT_SECONDS)
+    report = worker_report(out)
+    clear = process.returncode == FAILED and bool(report.get("connection_lost"))
+    intact, consistent, converged = bench.after_fault(target)
+    note = f"failed: {report.get('error')}" if clear else f"exit {process.returncode}: {err.strip()[-300:]}"
+    tally.add(intact and clear, consistent, converged, note)
+    return str(report.get("message", ""))
+
+
+def terminate_backend(bench: Bench) -> Callable[[int], None]:
+    def interrupt(backend: int) -> None:
+        with bench.connect() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", [backend])
+
+    return interrupt
+
+
+def _wait_for_lock_waiters(bench: Bench, count: int) -> bool:
+    deadline = time.monotonic() + WAIT_SECONDS
+    with bench.connect() as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
+            if waiting is not None and waiting[0] >= count:
+                return True
+            time.sleep(0.05)
+    return False
+
+
+def _wait_for_pool_queue(bench: Bench, count: int, dagster_home: Path) -> bool:
+    """True once ``count`` steps wait for the occurrences pool and none waits at the database lock."""
+    import dagster as dg  # only this trial needs an instance here
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline:
+            info = instance.event_log_storage.get_concurrency_info("occurrences")
+            if info.pending_step_count >= count:
+                # Give a step that slipped past the pool time to show up at the lock, then look.
+                time.sleep(1.0)
+                with bench.connect() as conn:
+                    waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
+                return waiting is not None and waiting[0] == 0
+            time.sleep(0.1)
+    return False
+
+
+def concurrent_trial(
+    bench: Bench,
+    tally: Tally,
+    workers: int,
+    number: int,
+    shared_instance: dict[str, str] | None = None,
+) -> None:
+    """``workers`` plain materialize() calls of one occurrences partition at the same moment.
+
+    The first to take the partition's lock is held just before COMMIT until all the others are seen
+    waiting for that lock, so the overlap is certain rather than likely.
+
+    With ``shared_instance`` (the environment of a DAGSTER_HOME whose instance has the project's pools),
+    the others must instead be seen queued for the ``occurrences`` pool while none waits at the database
+    lock: the pool serializes the runs before they reach the database.
+    """
+    target = "occurrences"
+    bench.reset_to_a(target)
+    with bench.connect() as conn:
+        marker = conn.execute("SELECT coalesce(max(id), 0) FROM provenance").fetchone()
+    assert marker is not None
+    signal_file, release = _trial_files(bench, f"concurrent-{workers}", number)
+    start = bench.work / f"concurrent-{workers}-{number}.start"
+    processes = [
+        bench.spawn(
+            target,
+            point="before_commit",
+            action=BLOCK,
+            signal_file=signal_file,
+            start_file=start,
+            shared_instance=shared_instance,
+        )
+        for _ in range(workers)
+    ]
+    start.touch()
+    overlapped = False
+    try:
+        wait_for_signal(signal_file, processes[0])
+        if shared_instance is None:
+            overlapped = _wait_for_lock_waiters(bench, workers - 1)
+        else:
+            overlapped = _wait_for_pool_queue(bench, workers - 1, Path(shared_instance["DAGSTER_HOME"]))
+    finally:
+        release.touch()
+    results = [process.communicate(timeout=WAIT_SECONDS) for process in processes]
+    actions = sorted(str(worker_report(out).get("action", "failed")) for out, _ in results)
+    expected = sorted([LOADED] + [SKIPPED] * (workers - 1))
+    with bench.connect() as conn:
+        rows, md5 = fingerprint(conn, target)
+        recorded = conn.execute(
+            "SELECT action, count(*) FROM provenance WHERE id > %s AND asset = %s GROUP BY action",
+            [marker[0], target],
+        ).fetchall()
+        intact = (rows, md5) == bench.reference[target, "b"]
+        consistent = state_describes(conn, target, bench.snapshots.b, bench.reference[target, "b"])[
+            0
+        ] and dict(recorded) == {LOADED: 1, SKIPPED: workers - 1}
+        again = load_in_process(conn, target, bench.snapshots.b)
+    converged = actions == expected and again.action == SKIPPED
+    loaded = actions.count(LOADED)
+    note = f"{loaded} loaded, {actions.count(SKIPPED)} skipped" + ("" if overlapped else ", NO overlap seen")
+    tally.add(intact, consistent and overlapped, converged, note)
