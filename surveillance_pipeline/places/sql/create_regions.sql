@@ -7,3 +7,4 @@ CREATE TABLE {table} (
     geog       geography(MultiPolygon, 4326) NOT NULL
 );
 CREATE INDEX ON {table} USING gist (geom);
+CREATE INDEX ON {table} USING gist (geog);

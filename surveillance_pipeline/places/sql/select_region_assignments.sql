@@ -2,6 +2,9 @@
 -- within: the covering region with the lowest id (a point on a shared border is in both);
 -- nearest (outside every region): the least distance on the spheroid, rounded to the millimetre so that
 -- floating-point noise between equidistant regions cannot decide, then the lowest region id.
+-- The planar nearest region (index-assisted <->) only bounds the search: its spheroid distance is at
+-- least the minimum, so every region at the minimum lies within that bound (plus a metre of slack for
+-- the two functions' rounding); the order among those candidates is the explicit one above.
 SELECT p.id,
        p.point_source,
        coalesce(w.region_id, n.region_id) AS region_id,
@@ -16,9 +19,17 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS w ON true
 LEFT JOIN LATERAL (
+    SELECT ST_Distance(r.geog, p.geom::geography) AS bound_m
+    FROM {regions} AS r
+    WHERE w.region_id IS NULL
+    ORDER BY r.geom <-> p.geom, r.region_id
+    LIMIT 1
+) AS b ON true
+LEFT JOIN LATERAL (
     SELECT r.region_id, round(ST_Distance(r.geog, p.geom::geography)::numeric, 3) AS distance_m
     FROM {regions} AS r
     WHERE w.region_id IS NULL
+      AND ST_DWithin(r.geog, p.geom::geography, b.bound_m + 1.0)
     ORDER BY distance_m, r.region_id
     LIMIT 1
 ) AS n ON true
