@@ -26,7 +26,7 @@ SPINE = [gbif_raw, gbif_derived, occurrences]
 SAMPLED = [*SPINE, occurrence_sample]
 SUMMARIZED = [*SAMPLED, occurrence_sample_summary, sample_engines_agree]
 DEVIL = "sarcophilus-harrisii"
-# The tests' ledger salt (in a deployment it comes from GEOCODER_LEDGER_SALT); a test checks it is never stored.
+# The tests' ledger salt (deployments read GEOCODER_LEDGER_SALT); a test checks it is never stored.
 TEST_LEDGER_SALT = "test-salt-6f1c9a52e0d34b7d"
 
 RecordEdit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]

@@ -148,8 +148,8 @@ def test_region_assignment_loads_skips_and_reloads_for_another_layer(db, databas
         assert set(sources) == {"record", "geocoded"}
         # Hobart's geocoded records are in the South district.
         assert db.execute(
-            "SELECT DISTINCT a.region_id, a.method FROM region_assignment a JOIN geocoded_localities g USING (id)"
-            " WHERE g.longitude = %s AND g.latitude = %s",
+            "SELECT DISTINCT a.region_id, a.method FROM region_assignment a"
+            " JOIN geocoded_localities g USING (id) WHERE g.longitude = %s AND g.latitude = %s",
             list(HOBART),
         ).fetchall() == [("TAS-S", "within")]
         before = _assignment_md5(db)
