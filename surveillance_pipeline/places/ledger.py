@@ -15,7 +15,7 @@ import psycopg
 
 from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
 from surveillance_pipeline.core.sql_files import load_sql
-from surveillance_pipeline.places.geocoder import FOUND, Geocoder
+from surveillance_pipeline.places.geocoder import Geocoder
 
 PACKAGE = "surveillance_pipeline.places"
 
@@ -52,13 +52,20 @@ def geocode_missing(conn: psycopg.Connection, geocoder: Geocoder, texts_by_key: 
     sorted order, so two runs over the same localities ask in the same order.
     """
     ensure_ledger(conn)
-    calls = reused = 0
-    for key in sorted(texts_by_key):
+    answered = set(
+        conn.execute(
+            load_sql(PACKAGE, "select_answered_geocode_keys"),
+            {"service": geocoder.service, "keys": sorted(texts_by_key)},
+        ).fetchall()
+    )
+    reused = len(answered)
+    calls = 0
+    for key in sorted(set(texts_by_key) - {row[0] for row in answered}):
         # Session-level lock across the two commits: two runs never ask for one key at once.
         lock = advisory_lock_id("geocode-call", geocoder.service, key)
         conn.execute("SELECT pg_advisory_lock(%s)", [lock])
         try:
-            if _answered(conn, geocoder.service, key):
+            if _answered(conn, geocoder.service, key):  # another run answered it while we waited
                 reused += 1
                 continue
             with conn.transaction():
@@ -106,7 +113,3 @@ def entries_checksum(service: str, entries: dict[str, LedgerEntry]) -> str:
     """
     ordered = [entries[key].as_list() for key in sorted(entries)]
     return sha256_hex(canonical_json({"service": service, "entries": ordered}).encode("utf-8"))
-
-
-def is_found(entry: LedgerEntry) -> bool:
-    return entry.status == FOUND
