@@ -93,6 +93,21 @@ def assign_points_rows(db, layer, points):
     return assign_points(db, points)
 
 
+def test_a_geopackage_layer_loads_the_same_regions_as_its_geojson(db, tmp_path):
+    import geopandas
+
+    geopackage = tmp_path / "districts.gpkg"
+    geopandas.read_file(lab_layer_path()).to_file(geopackage, driver="GPKG")
+    ensure_state_tables(db)
+    rows = []
+    for path in (lab_layer_path(), geopackage):
+        load_regions(db, RegionLayer(path), run_id="test")
+        rows.append(
+            db.execute("SELECT region_id, name, ST_AsText(geom) FROM regions ORDER BY region_id").fetchall()
+        )
+    assert rows[0] == rows[1] and len(rows[0]) == 10
+
+
 def test_natural_earth_puts_a_tasmanian_point_in_tasmania(db, shared_data):
     layer = RegionLayer(shared_data / NATURAL_EARTH, id_property="iso_3166_2", name_property="name")
     ensure_state_tables(db)

@@ -6,20 +6,7 @@ import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, gbif_raw, occurrences
-from surveillance_pipeline.places.geocoded import (
-    SCHEMA_VERSION as GEOCODED_SCHEMA_VERSION,
-)
-from surveillance_pipeline.places.geocoded import (
-    TRANSFORM_VERSION as GEOCODED_TRANSFORM_VERSION,
-)
-from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
-from surveillance_pipeline.places.regions import (
-    SCHEMA_VERSION,
-    TRANSFORM_VERSION,
-    RegionLayer,
-    load_regions,
-    refresh_region_assignment,
-)
+from surveillance_pipeline.places import geocoded, regions
 from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
 from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
 
@@ -30,7 +17,7 @@ Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
     **SPECIES_ASSET,
     group_name="places",
     deps=[gbif_raw],
-    code_version=f"transform-v{GEOCODED_TRANSFORM_VERSION}.schema-v{GEOCODED_SCHEMA_VERSION}",
+    code_version=f"transform-v{geocoded.TRANSFORM_VERSION}.schema-v{geocoded.SCHEMA_VERSION}",
     pool="geocoded_localities",
     description="Records with a locality text but no coordinates, geocoded through the call ledger "
     "(table geocode_calls: HMAC keys and points, never the text; each call committed on its own). "
@@ -43,7 +30,7 @@ def geocoded_localities(
     with warehouse.connect() as conn:
 
         def geocode_partition(slug: str) -> PartitionReport:
-            result = refresh_geocoded_localities(
+            result = geocoded.refresh_geocoded_localities(
                 conn,
                 species=species_by_slug(slug),
                 raw_path=paths.raw(slug),
@@ -76,7 +63,7 @@ class RegionAssignmentConfig(dg.Config):
     **SPECIES_ASSET,
     group_name="places",
     deps=[occurrences, geocoded_localities],
-    code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
+    code_version=f"transform-v{regions.TRANSFORM_VERSION}.schema-v{regions.SCHEMA_VERSION}",
     pool="region_assignment",
     description="Each occurrence with a point (its own or its geocoded one) gets a region: the covering "
     "region with the lowest id, else the nearest by spheroid distance then region id. The layer is loaded "
@@ -85,14 +72,14 @@ class RegionAssignmentConfig(dg.Config):
 def region_assignment(
     context: dg.AssetExecutionContext, config: RegionAssignmentConfig, warehouse: Warehouse
 ) -> Events:
-    layer = RegionLayer.configured(config.layer, config.id_property, config.name_property)
+    layer = regions.RegionLayer.configured(config.layer, config.id_property, config.name_property)
     with warehouse.connect() as conn:
-        regions = load_regions(conn, layer, context.run.run_id)
-        layer_sha256 = regions.parts["input"]
-        context.log.info(f"regions: {regions.action} ({regions.reason}), {regions.rows} from {layer.path}")
+        loaded = regions.load_regions(conn, layer, context.run.run_id)
+        layer_sha256 = loaded.parts["input"]
+        context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
 
         def assign_partition(slug: str) -> PartitionReport:
-            outcome = refresh_region_assignment(
+            outcome = regions.refresh_region_assignment(
                 conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id
             )
             return outcome_report(outcome, table="region_assignment", layer_sha256=layer_sha256)
