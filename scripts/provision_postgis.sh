@@ -8,6 +8,9 @@
 #   ~/.config/surveillance_pipeline/db-password, mode 600), the
 #   `surveillance` database with the postgis extension, and the `dagster` database.
 # - Anything else: stop, saying what to install.
+# - Either way: the geocoder ledger's HMAC salt (GEOCODER_LEDGER_SALT) is generated once per user, kept in
+#   ~/.config/surveillance_pipeline/geocoder-ledger-salt (mode 600), and written into .local/env.sh, unless
+#   the environment already sets one. It must not change: the ledger's keys are made with it.
 # Idempotent: running it twice, or with the server already up, changes nothing.
 set -euo pipefail
 
@@ -20,9 +23,25 @@ chmod 700 "$local_dir"
 
 say() { printf 'provision: %s\n' "$*" >&2; }
 
+config_dir="${XDG_CONFIG_HOME:-$HOME/.config}/surveillance_pipeline"
+
+# The salt keys the geocoder ledger's HMACs: a new salt orphans every entry (every locality paid again).
+ledger_salt() {
+  if [ -n "${GEOCODER_LEDGER_SALT:-}" ]; then
+    printf '%s' "$GEOCODER_LEDGER_SALT"
+    return
+  fi
+  local salt_file="$config_dir/geocoder-ledger-salt"
+  if [ ! -s "$salt_file" ]; then
+    mkdir -p "$config_dir" && chmod 700 "$config_dir"
+    (umask 077 && "$python" -c "import secrets; print(secrets.token_hex(32))" > "$salt_file")
+  fi
+  cat "$salt_file"
+}
+
 write_env() {  # url, dagster_db
-  "$python" - "$1" "$2" "$env_file" <<'PY'
-import shlex, sys
+  GEOCODER_LEDGER_SALT=$(ledger_salt) "$python" - "$1" "$2" "$env_file" <<'PY'
+import os, shlex, sys
 from urllib.parse import unquote, urlsplit
 url, dagster_db, env_file = sys.argv[1:]
 parts = urlsplit(url)
@@ -33,9 +52,10 @@ values = {
     "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
     "DAGSTER_PG_PORT": str(parts.port or 5432),
     "DAGSTER_PG_DB": dagster_db,
+    "GEOCODER_LEDGER_SALT": os.environ["GEOCODER_LEDGER_SALT"],
 }
 with open(env_file, "w") as handle:
-    handle.write("# Written by scripts/provision_postgis.sh; holds a password, never commit it.\n")
+    handle.write("# Written by scripts/provision_postgis.sh; holds a password and a salt, never commit it.\n")
     for name, value in values.items():
         handle.write(f"export {name}={shlex.quote(value)}\n")
 PY
@@ -98,7 +118,6 @@ fi
 port=$(pg_lsclusters -h | awk -v m="$major" '$1 == m && $2 == "main" {print $3}')
 
 # The local cluster serves every clone on this machine, so its password is kept per user, not per clone.
-config_dir="${XDG_CONFIG_HOME:-$HOME/.config}/surveillance_pipeline"
 password_file="$config_dir/db-password"
 if [ ! -s "$password_file" ]; then
   mkdir -p "$config_dir" && chmod 700 "$config_dir"

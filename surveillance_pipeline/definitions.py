@@ -13,18 +13,28 @@ from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
 from surveillance_pipeline.occurrences.sensors import downloads_sensor
+from surveillance_pipeline.places import definitions as places
+from surveillance_pipeline.places.geocoder import (
+    DEFAULT_GEOCODER_URL,
+    DEFAULT_REQUESTS_PER_SECOND,
+    LAB_GEOCODER,
+)
 from surveillance_pipeline.releases import definitions as releases
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
+from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import (
     DATABASE_URL_VARIABLE,
     GBIF_BASE_URL_VARIABLE,
     GBIF_SOURCE_VARIABLE,
+    GEOCODER_LEDGER_SALT_VARIABLE,
+    GEOCODER_REQUESTS_PER_SECOND_VARIABLE,
+    GEOCODER_URL_VARIABLE,
+    GEOCODER_VARIABLE,
     data_dir,
 )
 from surveillance_pipeline.snapshots import definitions as snapshots
 
-DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs)
+DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs, places.defs)
 
 
 def live_resources() -> dict[str, Any]:
@@ -37,6 +47,15 @@ def live_resources() -> dict[str, Any]:
         "gbif": GbifSource(
             source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab"),
             base_url=os.environ.get(GBIF_BASE_URL_VARIABLE, DEFAULT_BASE_URL),
+        ),
+        "geocoder": GeocoderSource(
+            kind=os.environ.get(GEOCODER_VARIABLE, LAB_GEOCODER),
+            base_url=os.environ.get(GEOCODER_URL_VARIABLE, DEFAULT_GEOCODER_URL),
+            requests_per_second=float(
+                os.environ.get(GEOCODER_REQUESTS_PER_SECOND_VARIABLE, DEFAULT_REQUESTS_PER_SECOND)
+            ),
+            # A secret: keys the ledger's HMACs. make run (provisioning) writes one into .local/env.sh.
+            ledger_salt=dg.EnvVar(GEOCODER_LEDGER_SALT_VARIABLE),
         ),
     }
 

@@ -35,6 +35,9 @@ ASSET_ORDER = (
     "occurrences",
     "occurrence_sample",
     "masked_release",
+    "geocoded_localities",
+    "regions",
+    "region_assignment",
     "occurrence_batches",
     "occurrence_sample_summary",
     "devil_snapshot",
@@ -116,7 +119,8 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
         why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons[asset].items()))
         lines.append(
             f"{asset:<{width}} {actions[asset]['loaded']:>6} {actions[asset]['skipped']:>7}"
-            f" {row_totals[asset]:>8} {seconds.get(asset, float('nan')):>7.1f}  {why}"
+            # A table loaded inside another asset's step (regions) has no step time of its own.
+            f" {row_totals[asset]:>8} {f'{seconds[asset]:.1f}' if asset in seconds else '-':>7}  {why}"
         )
     return lines
 

@@ -1,4 +1,5 @@
-"""Dagster resources: the warehouse connection, the data folder, and the GBIF source (lab or live)."""
+"""Dagster resources: the warehouse connection, the data folder, the GBIF source and the geocoder (lab or
+live)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbif
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.downloads import DOWNLOAD_SOURCE
 from surveillance_pipeline.gbif.lab import LAB_SOURCE, LabGbifClient
+from surveillance_pipeline.places.geocoder import (
+    DEFAULT_GEOCODER_URL,
+    DEFAULT_REQUESTS_PER_SECOND,
+    HTTP_GEOCODER,
+    LAB_GEOCODER,
+    USER_AGENT,
+    Geocoder,
+    HttpGeocoder,
+    LabGeocoder,
+)
 
 SOURCES = (LAB_SOURCE, API_SOURCE, DOWNLOAD_SOURCE)
 
@@ -94,3 +105,30 @@ class GbifSource(dg.ConfigurableResource):
     def api(self) -> ApiGbifClient:
         """GBIF's HTTP API at ``base_url``, whatever the ingest source (publishing always talks to GBIF)."""
         return ApiGbifClient(self.base_url)
+
+
+class GeocoderSource(dg.ConfigurableResource):
+    """Which geocoder geocoded_localities asks: ``lab`` (a fixed gazetteer) or ``http`` (Nominatim-style).
+
+    ``ledger_salt`` keys the call ledger (HMAC of each locality). It is a secret, read through an EnvVar;
+    changing it orphans every ledger entry, so every locality would be paid for again.
+    """
+
+    kind: str = LAB_GEOCODER
+    base_url: str = DEFAULT_GEOCODER_URL
+    requests_per_second: float = DEFAULT_REQUESTS_PER_SECOND
+    timeout_seconds: float = 30.0
+    user_agent: str = USER_AGENT
+    ledger_salt: str
+
+    def geocoder(self) -> Geocoder:
+        if self.kind == LAB_GEOCODER:
+            return LabGeocoder()
+        if self.kind == HTTP_GEOCODER:
+            return HttpGeocoder(
+                self.base_url,
+                requests_per_second=self.requests_per_second,
+                timeout=self.timeout_seconds,
+                user_agent=self.user_agent,
+            )
+        raise ValueError(f"GEOCODER={self.kind!r}: expected {LAB_GEOCODER!r} or {HTTP_GEOCODER!r}")

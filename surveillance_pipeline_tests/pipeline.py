@@ -15,7 +15,7 @@ from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LabGbifClient
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.reporting import recorded_data_version
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
+from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
 from surveillance_pipeline.samples.assets import (
     occurrence_sample,
     occurrence_sample_summary,
@@ -27,6 +27,8 @@ SPINE = [gbif_raw, gbif_derived, occurrences]
 SAMPLED = [*SPINE, occurrence_sample]
 SUMMARIZED = [*SAMPLED, occurrence_sample_summary, sample_engines_agree]
 DEVIL = "sarcophilus-harrisii"
+# The tests' ledger salt (deployments read GEOCODER_LEDGER_SALT); a test checks it is never stored.
+TEST_LEDGER_SALT = "test-salt-6f1c9a52e0d34b7d"
 
 RecordEdit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
@@ -102,6 +104,7 @@ def resources(database_url: str, data_dir: Path, edit: str = "none") -> dict[str
         "gbif": EditedGbifSource(edit=edit),
         # Only derived_dataset_registration reads it; test_registration binds one with a fake GBIF.
         "gbif_account": GbifAccount(user="tester", password="not-a-real-password"),
+        "geocoder": GeocoderSource(ledger_salt=TEST_LEDGER_SALT),
     }
 
 

@@ -25,6 +25,8 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "devil_snapshot_export",
         "masked_release",
         "derived_dataset_registration",
+        "geocoded_localities",
+        "region_assignment",
     }
     checks = {key.name for key in graph.asset_check_keys}
     assert checks == {"sample_engines_agree", "devil_snapshot_holds"}
@@ -32,6 +34,11 @@ def test_definitions_load_with_every_asset_the_issues_name():
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
     assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
     assert graph.get(dg.AssetKey("masked_release")).parent_keys == {dg.AssetKey("occurrences")}
+    assert graph.get(dg.AssetKey("geocoded_localities")).parent_keys == {dg.AssetKey("gbif_raw")}
+    assert graph.get(dg.AssetKey("region_assignment")).parent_keys == {
+        dg.AssetKey("occurrences"),
+        dg.AssetKey("geocoded_localities"),
+    }
 
 
 def test_masked_release_runs_with_the_species_job_and_its_replay_job_is_defined():
@@ -46,7 +53,7 @@ def test_masked_release_runs_with_the_species_job_and_its_replay_job_is_defined(
 
 
 def test_spine_assets_are_partitioned_by_species_and_pooled_per_target():
-    for name in ("gbif_raw", "gbif_derived", "occurrences"):
+    for name in ("gbif_raw", "gbif_derived", "occurrences", "geocoded_localities", "region_assignment"):
         assets_def = defs.resolve_assets_def(name)
         assert assets_def.partitions_def.get_partition_keys() == partition_keys()
         assert assets_def.op.pool == name
@@ -58,3 +65,16 @@ def test_warehouse_url_is_read_from_the_environment_at_run_time():
     warehouse = defs.resources["warehouse"]
     # An EnvVar, not a value: nothing secret is resolved into the definitions.
     assert isinstance(warehouse.database_url, dg.EnvVar)
+
+
+def test_the_geocoder_ledger_salt_is_read_from_the_environment_at_run_time():
+    geocoder = defs.resources["geocoder"]
+    assert isinstance(geocoder.ledger_salt, dg.EnvVar)
+    assert geocoder.ledger_salt.env_var_name == "GEOCODER_LEDGER_SALT"
+
+
+def test_the_species_job_runs_the_places_assets():
+    selected = {
+        key.to_user_string() for key in defs.resolve_job_def("species_assets").asset_layer.selected_asset_keys
+    }
+    assert {"geocoded_localities", "region_assignment"} <= selected

@@ -11,7 +11,8 @@ from surveillance_pipeline.samples.rules import pick_sample, summarize_ids
 
 # sha256 over the canonical JSON of every lab page (all species, pages of 300, in registry order).
 # A change here means every user's lab data changed: bump it only on purpose.
-LAB_PAGES_SHA256 = "44d43f5ec4d1f30f3351996db8dd8c05c59fcdd006be5488836b4e64b0915e7a"
+# Last bumped when records without coordinates gained a ``locality`` text (837 of them, for geocoding).
+LAB_PAGES_SHA256 = "308497b304ab3364268e12700207157c23f6d1b20e495e2f9de1ea66ffc2e7c6"
 
 
 def _all_pages():
@@ -76,7 +77,7 @@ def test_lab_is_shaped_like_the_course_data():
     client = LabGbifClient()
     picked = 0
     licenses: Counter[str] = Counter()
-    no_year = no_coordinates = 0
+    no_year = no_coordinates = localities = 0
     for species in load_registry():
         records = fetch_all_occurrences(client, species.request()["params"])
         ids = [r["key"] for r in records]
@@ -87,6 +88,8 @@ def test_lab_is_shaped_like_the_course_data():
         licenses.update(r["license"] for r in records)
         no_year += sum("year" not in r for r in records)
         no_coordinates += sum("decimalLatitude" not in r for r in records)
+        localities += sum("locality" in r for r in records)
+        assert all("decimalLatitude" not in r for r in records if "locality" in r)
         if species.slug == "sarcophilus-harrisii":
             assert len(records) == 2000
     assert picked == 4766
@@ -96,6 +99,8 @@ def test_lab_is_shaped_like_the_course_data():
         "http://creativecommons.org/licenses/by-nc/4.0/legalcode",
     }
     assert no_year > 0 and no_coordinates > 0
+    # Only records without coordinates carry a locality, and most of those do: they are what gets geocoded.
+    assert (no_coordinates, localities) == (1394, 837)
 
 
 def test_the_course_summary_line_of_the_lab_is_pinned():

@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any
 
 from surveillance_pipeline.gbif.registry import Species, load_registry
+from surveillance_pipeline.places.gazetteer import LAB_GAZETTEER, LAB_UNKNOWN_LOCALITIES
 
 LAB_SOURCE = "lab"
 # The lab records never change, so every lab snapshot stands for this one retrieval.
@@ -36,6 +37,16 @@ YEARS = (1950, 2025)
 MISSING_YEAR_PER_MILLE = 60
 MISSING_COORDINATES_PER_MILLE = 50
 DATASETS = 6
+# Of the records without coordinates, this many per mille carry a ``locality`` text to geocode.
+LOCALITY_PER_MILLE = 600
+# The lab's place names, then texts no gazetteer resolves; spellings vary as publishers' do.
+LOCALITY_TEXTS = (*LAB_GAZETTEER, *LAB_UNKNOWN_LOCALITIES)
+LOCALITY_SPELLINGS = (
+    lambda text: text,
+    lambda text: text.upper(),
+    lambda text: f"  {text.lower()} ",
+    lambda text: text.replace(" ", "  "),
+)
 
 
 def _draw(*parts: object) -> int:
@@ -122,6 +133,9 @@ def _record(species: Species, index: int, key: int) -> dict[str, Any]:
             coordinateUncertaintyInMeters=float(10 * (1 + draw("uncertainty") % 100)),
         )
         record["issues"] = ["COORDINATE_ROUNDED"] if draw("rounded") % 4 == 0 else []
+    elif draw("locality-present") % 1000 < LOCALITY_PER_MILLE:
+        text = LOCALITY_TEXTS[draw("locality") % len(LOCALITY_TEXTS)]
+        record["locality"] = LOCALITY_SPELLINGS[draw("locality-spelling") % len(LOCALITY_SPELLINGS)](text)
     return record
 
 

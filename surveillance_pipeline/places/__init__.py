@@ -1,0 +1,1 @@
+"""Places: geocoded localities (through a call ledger) and region assignment (point in polygon, nearest)."""

@@ -1,0 +1,90 @@
+"""geocoded_localities and region_assignment: thin Dagster assets over the places core."""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, gbif_raw, occurrences
+from surveillance_pipeline.outputs import outputs_metadata
+from surveillance_pipeline.places import geocoded, regions
+from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
+from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
+
+Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
+
+
+@dg.asset(
+    metadata=outputs_metadata(tables=["geocoded_localities", "geocode_calls"]),
+    **SPECIES_ASSET,
+    group_name="places",
+    deps=[gbif_raw],
+    code_version=f"transform-v{geocoded.TRANSFORM_VERSION}.schema-v{geocoded.SCHEMA_VERSION}",
+    pool="geocoded_localities",
+    description="Records with a locality text but no coordinates, geocoded through the call ledger "
+    "(table geocode_calls: HMAC keys and points, never the text; each call committed on its own). "
+    "The job key includes the checksum of the ledger entries used.",
+)
+def geocoded_localities(
+    context: dg.AssetExecutionContext, geocoder: GeocoderSource, paths: DataPaths, warehouse: Warehouse
+) -> Events:
+    client = geocoder.geocoder()
+    with warehouse.connect() as conn:
+
+        def geocode_partition(slug: str) -> PartitionReport:
+            result = geocoded.refresh_geocoded_localities(
+                conn,
+                species=species_by_slug(slug),
+                raw_path=paths.raw(slug),
+                geocoder=client,
+                salt=geocoder.ledger_salt,
+                run_id=context.run.run_id,
+            )
+            return outcome_report(
+                result.refresh,
+                table="geocoded_localities",
+                geocoder=client.service,
+                calls_made=result.run.calls,
+                answers_reused=result.run.reused,
+                localities=result.records,
+                found=result.found,
+            )
+
+        yield from report_partitions(context, geocode_partition, upstream=gbif_raw.key)
+
+
+class RegionAssignmentConfig(dg.Config):
+    """The region layer: a GeoJSON or GeoPackage path (empty: the lab's districts) and its properties."""
+
+    layer: str = ""
+    id_property: str = "region_id"
+    name_property: str = "name"
+
+
+@dg.asset(
+    metadata=outputs_metadata(tables=["region_assignment", "regions"]),
+    **SPECIES_ASSET,
+    group_name="places",
+    deps=[occurrences, geocoded_localities],
+    code_version=f"transform-v{regions.TRANSFORM_VERSION}.schema-v{regions.SCHEMA_VERSION}",
+    pool="region_assignment",
+    description="Each occurrence with a point (its own or its geocoded one) gets a region: the covering "
+    "region with the lowest id, else the nearest by spheroid distance then region id. The layer is loaded "
+    "into table regions; its sha256 enters the job key.",
+)
+def region_assignment(
+    context: dg.AssetExecutionContext, config: RegionAssignmentConfig, warehouse: Warehouse
+) -> Events:
+    layer = regions.RegionLayer.configured(config.layer, config.id_property, config.name_property)
+    with warehouse.connect() as conn:
+        loaded = regions.load_regions(conn, layer, context.run.run_id)
+        layer_sha256 = loaded.parts["input"]
+        context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
+
+        def assign_partition(slug: str) -> PartitionReport:
+            outcome = regions.refresh_region_assignment(
+                conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id
+            )
+            return outcome_report(outcome, table="region_assignment", layer_sha256=layer_sha256)
+
+        yield from report_partitions(context, assign_partition, upstream=occurrences.key)

@@ -1,0 +1,115 @@
+"""The geocoder's call ledger: each locality is asked once per service, and every answer is kept.
+
+Calls are made one by one, in key order, each between two commits (``pending`` before, the answer after),
+so a run that dies after 60 of 100 calls leaves 60 answers, and the next run asks only for the other 40.
+A call whose answer never arrived (still ``pending``) is asked again: without an answer there is nothing
+to reuse. The ledger holds HMAC keys and points, never the locality text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+
+from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.places.geocoder import Geocoder
+
+PACKAGE = "surveillance_pipeline.places"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    key: str
+    status: str
+    longitude: float | None
+    latitude: float | None
+
+    def as_list(self) -> list[object]:
+        return [self.key, self.status, self.longitude, self.latitude]
+
+
+@dataclass(frozen=True)
+class GeocodeRun:
+    """What one pass over the ledger did: the calls made now, and the answers reused from earlier runs."""
+
+    calls: int
+    reused: int
+
+
+def ensure_ledger(conn: psycopg.Connection) -> None:
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("geocode-calls-ddl")])
+        conn.execute(load_sql(PACKAGE, "create_geocode_calls"))
+
+
+def geocode_missing(conn: psycopg.Connection, geocoder: Geocoder, texts_by_key: dict[str, str]) -> GeocodeRun:
+    """Ask ``geocoder`` for every key the ledger has no answer to, committing each answer on its own.
+
+    ``texts_by_key`` maps ledger keys to the normalized locality each stands for; keys are visited in
+    sorted order, so two runs over the same localities ask in the same order.
+    """
+    ensure_ledger(conn)
+    answered = set(
+        conn.execute(
+            load_sql(PACKAGE, "select_answered_geocode_keys"),
+            {"service": geocoder.service, "keys": sorted(texts_by_key)},
+        ).fetchall()
+    )
+    reused = len(answered)
+    calls = 0
+    for key in sorted(set(texts_by_key) - {row[0] for row in answered}):
+        # Session-level lock across the two commits: two runs never ask for one key at once.
+        lock = advisory_lock_id("geocode-call", geocoder.service, key)
+        conn.execute("SELECT pg_advisory_lock(%s)", [lock])
+        try:
+            if _answered(conn, geocoder.service, key):  # another run answered it while we waited
+                reused += 1
+                continue
+            with conn.transaction():
+                conn.execute(
+                    load_sql(PACKAGE, "upsert_geocode_call_pending"),
+                    {"service": geocoder.service, "key": key},
+                )
+            answer = geocoder.geocode(texts_by_key[key])  # raises: the row stays pending, earlier ones stay
+            with conn.transaction():
+                conn.execute(
+                    load_sql(PACKAGE, "update_geocode_call_answer"),
+                    {
+                        "service": geocoder.service,
+                        "key": key,
+                        "status": answer.status,
+                        "longitude": answer.longitude,
+                        "latitude": answer.latitude,
+                    },
+                )
+            calls += 1
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [lock])
+    return GeocodeRun(calls=calls, reused=reused)
+
+
+def _answered(conn: psycopg.Connection, service: str, key: str) -> bool:
+    row = conn.execute(
+        "SELECT status FROM geocode_calls WHERE service = %s AND idempotency_key = %s", [service, key]
+    ).fetchone()
+    return row is not None and row[0] != "pending"
+
+
+def answers_for(conn: psycopg.Connection, service: str, keys: Iterable[str]) -> dict[str, LedgerEntry]:
+    """The answered entries for ``keys``, share-locked until the caller's transaction ends."""
+    rows = conn.execute(
+        load_sql(PACKAGE, "select_geocode_answers"), {"service": service, "keys": sorted(set(keys))}
+    ).fetchall()
+    return {row[0]: LedgerEntry(*row) for row in rows}
+
+
+def entries_checksum(service: str, entries: dict[str, LedgerEntry]) -> str:
+    """sha256 of the entries used, in key order: the ledger's version as an input of a job key.
+
+    Times and attempt counts are left out: they do not change a row.
+    """
+    ordered = [entries[key].as_list() for key in sorted(entries)]
+    return sha256_hex(canonical_json({"service": service, "entries": ordered}).encode("utf-8"))

@@ -1,0 +1,208 @@
+"""Regions and region_assignment: every occurrence with a point gets one region, by explicit orders only.
+
+A point inside (or on the border of) regions gets the covering region with the lowest id; a point outside
+every region gets the nearest by distance on the WGS84 spheroid (rounded to the millimetre), then the
+lowest id. Neither input order nor index order can decide. The layer file's sha256 is part of the job key,
+so another layer reloads every assignment and the same layer skips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.refresh import (
+    WHOLE_TARGET,
+    RefreshOutcome,
+    TargetSchema,
+    refresh_partition,
+    upstream_job_key,
+)
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
+from surveillance_pipeline.occurrences.load import TABLE as OCCURRENCES_TABLE
+from surveillance_pipeline.places.geocoded import JOB as GEOCODED_JOB
+from surveillance_pipeline.places.geocoded import TABLE as GEOCODED_TABLE
+from surveillance_pipeline.settings import PROJECT_ROOT
+
+PACKAGE = "surveillance_pipeline.places"
+REGIONS_JOB = "regions"
+REGIONS_TABLE = "regions"
+REGIONS_TRANSFORM_VERSION = 1
+REGIONS_SCHEMA_VERSION = 1
+JOB = "region_assignment"
+TABLE = "region_assignment"
+TRANSFORM_VERSION = 1
+SCHEMA_VERSION = 1
+LAB_LAYER = "lab_districts.geojson"
+
+
+def lab_layer_path() -> Path:
+    return Path(str(resources.files(PACKAGE).joinpath("data", LAB_LAYER)))
+
+
+@dataclass(frozen=True)
+class RegionLayer:
+    """A polygon layer (GeoJSON or GeoPackage) and the feature properties that name each region."""
+
+    path: Path
+    id_property: str = "region_id"
+    name_property: str = "name"
+
+    @classmethod
+    def configured(cls, path: str, id_property: str, name_property: str) -> RegionLayer:
+        """The layer a user configured; empty means the lab's districts, relative means from the project."""
+        chosen = Path(path) if path else lab_layer_path()
+        if not chosen.is_absolute():
+            chosen = PROJECT_ROOT / chosen
+        return cls(chosen, id_property, name_property)
+
+    def sha256(self) -> str:
+        try:
+            return sha256_file(self.path)
+        except FileNotFoundError:
+            raise InputError(self.path, "file", None, "region layer not found") from None
+
+    def parts(self) -> JobKeyParts:
+        # The file's bytes, not its path: the same layer moved elsewhere is the same input.
+        return JobKeyParts(
+            input=self.sha256(),
+            transform=REGIONS_TRANSFORM_VERSION,
+            config={"id_property": self.id_property, "name_property": self.name_property},
+            schema=REGIONS_SCHEMA_VERSION,
+        )
+
+
+def read_layer(layer: RegionLayer) -> list[tuple[str, str | None, bytes]]:
+    """(region id, name, WKB in WGS84) per feature, sorted by id; InputError for a missing or repeated id."""
+    import geopandas  # imported here: reading a layer is rare, and geopandas takes a second to import
+
+    frame = geopandas.read_file(layer.path)
+    if frame.crs is not None and frame.crs.to_epsg() != 4326:
+        frame = frame.to_crs(4326)
+    for name in (layer.id_property, layer.name_property):
+        if name not in frame.columns:
+            raise InputError(layer.path, "features", name, f"no such property (has: {sorted(frame.columns)})")
+    regions: dict[str, tuple[str, str | None, bytes]] = {}
+    for index, (region_id, name, geometry) in enumerate(
+        zip(frame[layer.id_property], frame[layer.name_property], frame.geometry, strict=True)
+    ):
+        where = f"feature {index}"
+        if region_id is None or str(region_id).strip() == "":
+            raise InputError(layer.path, where, layer.id_property, "empty region id")
+        text = str(region_id)
+        if text in regions:
+            raise InputError(layer.path, where, layer.id_property, f"region id {text!r} repeats")
+        if geometry is None or geometry.is_empty or geometry.geom_type not in ("Polygon", "MultiPolygon"):
+            raise InputError(layer.path, where, "geometry", f"expected a polygon, got {geometry!r:.60}")
+        regions[text] = (text, None if name is None else str(name), geometry.wkb)
+    if not regions:
+        raise InputError(layer.path, "features", None, "the layer has no regions")
+    return [regions[key] for key in sorted(regions)]
+
+
+def load_regions(conn: psycopg.Connection, layer: RegionLayer, run_id: str) -> RefreshOutcome:
+    """Make ``regions`` hold this layer, or skip when it already does (same bytes, same properties)."""
+
+    def replace_rows(connection: psycopg.Connection) -> int:
+        table = sql.Identifier(REGIONS_TABLE)
+        connection.execute(sql.SQL("DELETE FROM {}").format(table))
+        connection.execute(load_sql(PACKAGE, "create_incoming_regions"))
+        with connection.cursor().copy("COPY incoming_regions (region_id, name, wkb) FROM STDIN") as copy:
+            for row in read_layer(layer):
+                copy.write_row(row)
+        return connection.execute(load_sql(PACKAGE, "insert_regions").format(table=table)).rowcount
+
+    return refresh_partition(
+        conn,
+        job=REGIONS_JOB,
+        partition_key=WHOLE_TARGET,
+        parts=layer.parts(),
+        replace_rows=replace_rows,
+        run_id=run_id,
+        target=TargetSchema.from_sql_file(PACKAGE, "create_regions", REGIONS_TABLE, REGIONS_SCHEMA_VERSION),
+    )
+
+
+# PostGIS's spatial functions carry high planner costs, so this query crosses the JIT threshold although it
+# runs in milliseconds per partition; compiling it cost 1.3-1.8 s per partition (seen in EXPLAIN ANALYZE).
+NO_JIT = "SET LOCAL jit = off"
+
+
+def _assignments() -> sql.Composed:
+    return load_sql(PACKAGE, "select_region_assignments").format(regions=sql.Identifier(REGIONS_TABLE))
+
+
+def assign_points(conn: psycopg.Connection, points: list[tuple[int, float, float]]) -> list[tuple[Any, ...]]:
+    """(id, point_source, region_id, method, distance_m) for (id, longitude, latitude) points, by id.
+
+    The same query the asset runs, over given points: for tests and for checking a layer by hand.
+    """
+    with conn.transaction():
+        conn.execute(NO_JIT)
+        conn.execute(load_sql(PACKAGE, "create_assignment_points"))
+        with conn.cursor().copy("COPY assignment_points (id, point_source, geom) FROM STDIN") as copy:
+            for point_id, longitude, latitude in points:
+                copy.write_row((point_id, "record", f"SRID=4326;POINT({longitude!r} {latitude!r})"))
+        return conn.execute(_assignments()).fetchall()
+
+
+def region_assignment_schema() -> TargetSchema:
+    return TargetSchema.from_sql_file(PACKAGE, "create_region_assignment", TABLE, SCHEMA_VERSION)
+
+
+def assignment_parts(conn: psycopg.Connection, species: Species, layer: RegionLayer) -> JobKeyParts:
+    """Inputs: what occurrences, geocoded_localities and regions hold now (share-locked upstream keys)."""
+    inputs = {
+        "occurrences": upstream_job_key(conn, OCCURRENCES_JOB, species.slug),
+        "geocoded_localities": upstream_job_key(conn, GEOCODED_JOB, species.slug),
+        "regions": upstream_job_key(conn, REGIONS_JOB, WHOLE_TARGET),
+    }
+    return JobKeyParts(
+        input=sha256_hex(canonical_json(inputs).encode("utf-8")),
+        transform=TRANSFORM_VERSION,
+        config={"id_property": layer.id_property, "name_property": layer.name_property},
+        schema=SCHEMA_VERSION,
+    )
+
+
+def refresh_region_assignment(
+    conn: psycopg.Connection, *, species: Species, layer: RegionLayer, run_id: str
+) -> RefreshOutcome:
+    """Make ``region_assignment`` hold this species' regions under the loaded layer, or skip."""
+
+    def replace_rows(connection: psycopg.Connection) -> int:
+        table = sql.Identifier(TABLE)
+        connection.execute(
+            sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
+        )
+        connection.execute(NO_JIT)
+        connection.execute(load_sql(PACKAGE, "create_assignment_points"))
+        connection.execute(
+            load_sql(PACKAGE, "insert_species_points").format(
+                occurrences=sql.Identifier(OCCURRENCES_TABLE), geocoded=sql.Identifier(GEOCODED_TABLE)
+            ),
+            {"species_id": species.species_id},
+        )
+        return connection.execute(
+            load_sql(PACKAGE, "insert_region_assignments").format(table=table, assignments=_assignments()),
+            {"species_id": species.species_id},
+        ).rowcount
+
+    return refresh_partition(
+        conn,
+        job=JOB,
+        partition_key=species.slug,
+        parts=lambda connection: assignment_parts(connection, species, layer),
+        replace_rows=replace_rows,
+        run_id=run_id,
+        target=region_assignment_schema(),
+    )
