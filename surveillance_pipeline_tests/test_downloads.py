@@ -33,8 +33,8 @@ from surveillance_pipeline.occurrences.derive import derive_occurrences
 from surveillance_pipeline.occurrences.licenses import CC_BY, CC_BY_NC, normalize_license
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
-from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, table_md5
+from surveillance_pipeline.resources import GbifSource
+from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
 SIMPLE_ZIP = "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip"
@@ -274,12 +274,8 @@ def test_a_zip_that_is_no_gbif_download_is_refused(tmp_path):
 
 
 def _download_resources(database_url: str, data_dir: Path) -> dict:
-    return {
-        "warehouse": Warehouse(database_url=database_url),
-        "paths": DataPaths(root=str(data_dir)),
-        "gbif": GbifSource(source="download"),
-        "gbif_account": GbifAccount(user="tester", password="not-a-real-password"),
-    }
+    """The test resources with ingest reading data/downloads/ (GBIF_SOURCE=download)."""
+    return {**resources(database_url, data_dir), "gbif": GbifSource(source="download")}
 
 
 @pytest.mark.db
