@@ -160,9 +160,14 @@ def drop_project_tables(conn: psycopg.Connection) -> None:
 
 
 def create_like_occurrences(conn: psycopg.Connection, table: str) -> None:
-    """A table built by the occurrences DDL under another name: the limit's target is identical."""
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-    conn.execute(load_sql(OCCURRENCES_PACKAGE, "create_occurrences").format(table=sql.Identifier(table)))
+    """An empty table shaped and indexed like a species' partition of occurrences, under another name.
+
+    The limit loads into it with its indexes already in place, as a plain ``\\copy`` user would.
+    """
+    names = {"fresh": sql.Identifier(table), "species_id": sql.Literal(BENCH_SPECIES.species_id)}
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(names["fresh"]))
+    conn.execute(load_sql(OCCURRENCES_PACKAGE, "create_occurrences_partition").format(**names))
+    conn.execute(load_sql(OCCURRENCES_PACKAGE, "index_occurrences_partition").format(**names))
 
 
 def forget_occurrences(conn: psycopg.Connection) -> None:

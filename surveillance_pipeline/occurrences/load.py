@@ -25,13 +25,30 @@ TABLE = "occurrences"
 # Bump when the rows a given derived file produces change (the SQL that shapes them).
 TRANSFORM_VERSION = 1
 # Bump with a new create_occurrences DDL; the table is then rebuilt.
-SCHEMA_VERSION = 1
+# 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
+SCHEMA_VERSION = 2
 COPY_BLOCK = 1 << 20
 
 
 def occurrences_schema() -> TargetSchema:
     """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
     return TargetSchema.from_sql_file(PACKAGE, "create_occurrences", TABLE, SCHEMA_VERSION)
+
+
+def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
+    """The identifiers a species' reload uses: the parent, the species' partition and the fresh table.
+
+    The fresh table is named after the job key it will hold, so the indexes built on it (named after
+    it) never collide with the indexes of the partition it replaces. ``species_id`` is an int composed
+    as a literal because DDL (the CHECK, the partition bound) takes no bound parameters.
+    """
+    partition = f"{TABLE}_{species_id}"
+    return {
+        "occurrences": sql.Identifier(TABLE),
+        "partition": sql.Identifier(partition),
+        "fresh": sql.Identifier(f"{partition}_{job_key[:16]}"),
+        "species_id": sql.Literal(int(species_id)),
+    }
 
 
 @dataclass(frozen=True)
@@ -96,7 +113,7 @@ def load_occurrences(
     config = parts.config
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(TABLE)
+        names = partition_names(species.species_id, parts.key)
         connection.execute(
             load_sql(PACKAGE, "upsert_species"),
             {
@@ -107,9 +124,7 @@ def load_occurrences(
                 "taxon_key": species.taxon_key,
             },
         )
-        connection.execute(
-            sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
-        )
+        connection.execute(load_sql(PACKAGE, "create_occurrences_partition").format(**names))
         connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
         with connection.cursor().copy(
             "COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)"
@@ -117,13 +132,15 @@ def load_occurrences(
             for start in range(0, len(derived), COPY_BLOCK):
                 copy.write(derived[start : start + COPY_BLOCK])
         cursor = connection.execute(
-            load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=table),
+            load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=names["fresh"]),
             {
                 "species_id": species.species_id,
                 "licenses": config["licenses"],
                 "require_coordinates": config["require_coordinates"],
             },
         )
+        connection.execute(load_sql(PACKAGE, "index_occurrences_partition").format(**names))
+        connection.execute(load_sql(PACKAGE, "swap_occurrences_partition").format(**names))
         return cursor.rowcount
 
     return refresh_partition(
