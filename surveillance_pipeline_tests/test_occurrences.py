@@ -278,3 +278,18 @@ def test_loads_of_two_species_run_side_by_side_and_a_rebuild_waits_for_both(db, 
                 ensure_target_schema(other, bumped, load.JOB)
     counts = dict(db.execute("SELECT species_id, count(*) FROM occurrences GROUP BY 1").fetchall())
     assert counts == {devil.species_id: 2, thylacine.species_id: 2}
+
+
+def test_a_derived_file_by_path_has_the_key_of_its_bytes_and_skips_by_checksum(db, tmp_path):
+    devil = species_by_slug(DEVIL)
+    path = tmp_path / "devil.csv"
+    path.write_bytes(SMALL_CSV)
+    ensure_state_tables(db)
+    rules = load.OccurrenceRules()
+    by_path = load.load_occurrences(db, species=devil, derived=path, rules=rules, run_id="r0")
+    assert (by_path.action, by_path.rows) == ("loaded", 2)
+    by_bytes = load.load_occurrences(db, species=devil, derived=SMALL_CSV, rules=rules, run_id="r1")
+    assert (by_bytes.action, by_bytes.job_key) == ("skipped", by_path.job_key)
+    assert (
+        load.load_occurrences(db, species=devil, derived=path, rules=rules, run_id="r2").action == "skipped"
+    )

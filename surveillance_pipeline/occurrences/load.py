@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species
@@ -91,24 +92,39 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return min(a.count(b"\n"), b.count(b"\n")) + 1
 
 
-def occurrence_job_parts(derived: bytes, rules: OccurrenceRules) -> JobKeyParts:
+def occurrence_job_parts(derived: bytes | Path, rules: OccurrenceRules) -> JobKeyParts:
     return JobKeyParts(
-        input=sha256_hex(derived),
+        input=sha256_file(derived) if isinstance(derived, Path) else sha256_hex(derived),
         transform=TRANSFORM_VERSION,
         config=rules.as_config(),
         schema=SCHEMA_VERSION,
     )
 
 
+def _blocks(derived: bytes | Path) -> Iterator[bytes]:
+    if isinstance(derived, Path):
+        with derived.open("rb") as handle:
+            while block := handle.read(COPY_BLOCK):
+                yield block
+    else:
+        for start in range(0, len(derived), COPY_BLOCK):
+            yield derived[start : start + COPY_BLOCK]
+
+
 def load_occurrences(
     conn: psycopg.Connection,
     *,
     species: Species,
-    derived: bytes,
+    derived: bytes | Path,
     rules: OccurrenceRules,
     run_id: str,
 ) -> RefreshOutcome:
-    """Make ``occurrences`` hold this species' derived file under ``rules``, or skip when it already does."""
+    """Make ``occurrences`` hold this species' derived file under ``rules``, or skip when it already does.
+
+    ``derived`` is the file's bytes or its path. Given a path, the key comes from hashing the file in
+    blocks and the rows are copied from it block by block, so a skip costs a checksum and the state-row
+    read, and a reload never holds the whole file in memory.
+    """
     parts = occurrence_job_parts(derived, rules)
     config = parts.config
 
@@ -126,11 +142,17 @@ def load_occurrences(
         )
         connection.execute(load_sql(PACKAGE, "create_occurrences_partition").format(**names))
         connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
+        copied = hashlib.sha256()
         with connection.cursor().copy(
             "COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)"
         ) as copy:
-            for start in range(0, len(derived), COPY_BLOCK):
-                copy.write(derived[start : start + COPY_BLOCK])
+            for block in _blocks(derived):
+                copied.update(block)
+                copy.write(block)
+        if copied.hexdigest() != parts.input:
+            # The file changed between hashing and copying: these rows are not the snapshot the key names.
+            source = derived if isinstance(derived, Path) else f"derived file of {species.slug}"
+            raise StaleInputError(f"{source}: changed while it was being loaded; materialize it again")
         cursor = connection.execute(
             load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=names["fresh"]),
             {
