@@ -16,6 +16,7 @@ two processes at once vs one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -614,7 +615,8 @@ def markdown(results: dict[str, Any]) -> str:
     """The table README quotes: medians, ratios and targets."""
     ratios = results["ratios"]
     lines = [
-        f"Measured {results['date']} on {results['machine']} (`make bench`, {results['reps']} repetitions, "
+        f"Measured {results['date']} on {results['machine']}, PostgreSQL {results['postgres'].split()[0]} "
+        f"(`make bench`, {results['reps']} repetitions, "
         "medians; the machine was shared, see noise below).",
         "",
         "| rows | project first load s | project reload s | `\\copy` + INSERT s | reload µs/row | "
@@ -684,7 +686,11 @@ def markdown(results: dict[str, Any]) -> str:
 
 def machine() -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores, {memory:.0f} GiB, {platform.system()} {platform.release()}"
+    system = f"{platform.system()} {platform.release()}"
+    with contextlib.suppress(OSError):
+        # platform.freedesktop_os_release() names the distribution (Debian 12) where the kernel would not.
+        system = platform.freedesktop_os_release().get("PRETTY_NAME", system)
+    return f"{os.cpu_count()} cores, {memory:.0f} GiB, {system}"
 
 
 def main(argv: list[str] | None = None) -> int:
