@@ -11,7 +11,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs &&
 
-.PHONY: help venv provision run test faults ui lint lock clean replay
+.PHONY: help venv provision run test faults bench ui lint lock clean replay
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,10 @@ faults: provision ## Kill, restart, overlap and disconnect loads; print the reli
 ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+
+bench: provision ## Time the load, skip, sample and run paths against their limits (BENCH_ARGS=--with-10m)
+	@mkdir -p .dagster
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.bench $(BENCH_ARGS)
 
 lint: venv ## ruff (format check, lint incl. bandit's S rules) and mypy
 	$(BIN)/ruff format --check .

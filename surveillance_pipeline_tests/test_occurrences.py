@@ -3,9 +3,11 @@
 import json
 
 import dagster as dg
+import psycopg
 import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.refresh import TargetSchema, ensure_state_tables, ensure_target_schema
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
@@ -210,10 +212,12 @@ def test_a_transform_bump_reloads_and_a_schema_bump_rebuilds_the_table(
     meta = metadata(bumped, "occurrences")
     assert (meta["action"], meta["reason"], meta["rows"]) == ("loaded", "transform changed", 2000)
 
-    monkeypatch.setattr(load, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(load, "SCHEMA_VERSION", load.SCHEMA_VERSION + 1)
     rebuilt = materialize(instance, database_url, data_dir, assets=[occurrences])
     assert metadata(rebuilt, "occurrences")["reason"] == "schema changed"
-    assert db.execute("SELECT version FROM target_schema WHERE target = 'occurrences'").fetchone() == (2,)
+    assert db.execute("SELECT version FROM target_schema WHERE target = 'occurrences'").fetchone() == (
+        load.SCHEMA_VERSION,
+    )
     # The rebuilt table holds only what was loaded into it; the other species has no state row left.
     assert db.execute("SELECT count(DISTINCT species_id) FROM occurrences").fetchone() == (1,)
     assert state_row(db, partition="thylacinus-cynocephalus") is None
@@ -221,3 +225,73 @@ def test_a_transform_bump_reloads_and_a_schema_bump_rebuilds_the_table(
     assert metadata(other, "occurrences")["reason"] == "transform and schema changed"
     again = materialize(instance, database_url, data_dir, assets=[occurrences])
     assert metadata(again, "occurrences")["action"] == "skipped"
+
+
+SMALL_CSV = b"id,year,longitude,latitude,license\n7,2001,147.25,-42.5,CC0 1.0\n8,,,,\n"
+
+
+def _partitions(db):
+    return db.execute(
+        "SELECT child.relname FROM pg_inherits JOIN pg_class AS child ON child.oid = pg_inherits.inhrelid"
+        " WHERE pg_inherits.inhparent = 'occurrences'::regclass ORDER BY 1"
+    ).fetchall()
+
+
+def test_a_reload_swaps_in_a_freshly_indexed_partition_and_leaves_nothing_behind(
+    db, database_url, data_dir, instance
+):
+    materialize(instance, database_url, data_dir)
+    first = table_md5(db, DEVIL_ID)
+    reloaded = materialize(instance, database_url, data_dir, edit="drop_lowest_id")
+    assert metadata(reloaded, "occurrences")["rows"] == 1999
+    assert _partitions(db) == [(f"occurrences_{DEVIL_ID}",)]
+    # Only the partition and its two indexes (key, geometry): no fresh table or index left over.
+    relations = db.execute(
+        "SELECT relkind, count(*) FROM pg_class WHERE relname LIKE %s GROUP BY 1 ORDER BY 1",
+        [f"occurrences\\_{DEVIL_ID}%"],
+    ).fetchall()
+    assert relations == [("i", 2), ("r", 1)]
+    materialize(instance, database_url, data_dir)
+    assert table_md5(db, DEVIL_ID) == first
+
+
+def test_loads_of_two_species_run_side_by_side_and_a_rebuild_waits_for_both(db, database_url):
+    """A load in flight holds the schema lock shared: another species loads at once, a rebuild waits."""
+    devil, thylacine = species_by_slug(DEVIL), species_by_slug("thylacinus-cynocephalus")
+    ensure_state_tables(db)
+    load.load_occurrences(db, species=devil, derived=SMALL_CSV, rules=load.OccurrenceRules(), run_id="r0")
+    with (
+        psycopg.connect(database_url, autocommit=True) as in_flight,
+        psycopg.connect(database_url, autocommit=True) as other,
+    ):
+        other.execute("SET lock_timeout = '3s'")
+        with in_flight.transaction():
+            assert ensure_target_schema(in_flight, load.occurrences_schema(), load.JOB) is False
+            outcome = load.load_occurrences(
+                other,
+                species=thylacine,
+                derived=SMALL_CSV.replace(b"7,", b"9,").replace(b"8,", b"10,"),
+                rules=load.OccurrenceRules(),
+                run_id="r1",
+            )
+            assert (outcome.action, outcome.rows) == ("loaded", 2)
+            bumped = TargetSchema(load.TABLE, load.SCHEMA_VERSION + 1, load.occurrences_schema().create)
+            with pytest.raises(psycopg.errors.LockNotAvailable), other.transaction():
+                ensure_target_schema(other, bumped, load.JOB)
+    counts = dict(db.execute("SELECT species_id, count(*) FROM occurrences GROUP BY 1").fetchall())
+    assert counts == {devil.species_id: 2, thylacine.species_id: 2}
+
+
+def test_a_derived_file_by_path_has_the_key_of_its_bytes_and_skips_by_checksum(db, tmp_path):
+    devil = species_by_slug(DEVIL)
+    path = tmp_path / "devil.csv"
+    path.write_bytes(SMALL_CSV)
+    ensure_state_tables(db)
+    rules = load.OccurrenceRules()
+    by_path = load.load_occurrences(db, species=devil, derived=path, rules=rules, run_id="r0")
+    assert (by_path.action, by_path.rows) == ("loaded", 2)
+    by_bytes = load.load_occurrences(db, species=devil, derived=SMALL_CSV, rules=rules, run_id="r1")
+    assert (by_bytes.action, by_bytes.job_key) == ("skipped", by_path.job_key)
+    assert (
+        load.load_occurrences(db, species=devil, derived=path, rules=rules, run_id="r2").action == "skipped"
+    )

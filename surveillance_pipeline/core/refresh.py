@@ -81,13 +81,19 @@ def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: st
     Must run inside the caller's transaction so a rebuild commits with the first load into it. A
     rebuilt table is empty, so the job's state rows are deleted with it: no state row may describe
     rows that are gone.
+
+    Loads of different partitions of one table hold the schema lock shared, so they run side by side;
+    only a rebuild takes it exclusively, and it then waits for every load in flight to commit. The
+    version is re-read under the shared lock, because a rebuild may commit between the first read and
+    the lock.
     """
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("schema", target.table)])
-    row = conn.execute(
-        "SELECT version FROM target_schema WHERE target = %s FOR UPDATE", [target.table]
-    ).fetchone()
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [target.table]).fetchone()
-    if row is not None and row[0] == target.version and exists and exists[0]:
+    lock = advisory_lock_id("schema", target.table)
+    if _schema_is_current(conn, target):
+        conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [lock])
+        if _schema_is_current(conn, target):
+            return False
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
+    if _schema_is_current(conn, target):
         return False
     table = sql.Identifier(target.table)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(table))
@@ -99,6 +105,14 @@ def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: st
         [target.table, target.version],
     )
     return True
+
+
+def _schema_is_current(conn: psycopg.Connection, target: TargetSchema) -> bool:
+    row = conn.execute(
+        "SELECT version = %s AND to_regclass(%s) IS NOT NULL FROM target_schema WHERE target = %s",
+        [target.version, target.table, target.table],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def refresh_partition(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species
@@ -26,13 +27,30 @@ TABLE = "occurrences"
 # Bump when the rows a given derived file produces change (the SQL that shapes them).
 TRANSFORM_VERSION = 1
 # Bump with a new create_occurrences DDL; the table is then rebuilt.
-SCHEMA_VERSION = 1
+# 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
+SCHEMA_VERSION = 2
 COPY_BLOCK = 1 << 20
 
 
 def occurrences_schema() -> TargetSchema:
     """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
     return TargetSchema.from_sql_file(PACKAGE, "create_occurrences", TABLE, SCHEMA_VERSION)
+
+
+def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
+    """The identifiers a species' reload uses: the parent, the species' partition and the fresh table.
+
+    The fresh table is named after the job key it will hold, so the indexes built on it (named after
+    it) never collide with the indexes of the partition it replaces. ``species_id`` is an int composed
+    as a literal because DDL (the CHECK, the partition bound) takes no bound parameters.
+    """
+    partition = f"{TABLE}_{species_id}"
+    return {
+        "occurrences": sql.Identifier(TABLE),
+        "partition": sql.Identifier(partition),
+        "fresh": sql.Identifier(f"{partition}_{job_key[:16]}"),
+        "species_id": sql.Literal(int(species_id)),
+    }
 
 
 @dataclass(frozen=True)
@@ -81,29 +99,44 @@ def _first_difference(a: bytes, b: bytes) -> str:
     return f"line {shorter + 1}"
 
 
-def occurrence_job_parts(derived: bytes, rules: OccurrenceRules) -> JobKeyParts:
+def occurrence_job_parts(derived: bytes | Path, rules: OccurrenceRules) -> JobKeyParts:
     return JobKeyParts(
-        input=sha256_hex(derived),
+        input=sha256_file(derived) if isinstance(derived, Path) else sha256_hex(derived),
         transform=TRANSFORM_VERSION,
         config=rules.as_config(),
         schema=SCHEMA_VERSION,
     )
 
 
+def _blocks(derived: bytes | Path) -> Iterator[bytes]:
+    if isinstance(derived, Path):
+        with derived.open("rb") as handle:
+            while block := handle.read(COPY_BLOCK):
+                yield block
+    else:
+        for start in range(0, len(derived), COPY_BLOCK):
+            yield derived[start : start + COPY_BLOCK]
+
+
 def load_occurrences(
     conn: psycopg.Connection,
     *,
     species: Species,
-    derived: bytes,
+    derived: bytes | Path,
     rules: OccurrenceRules,
     run_id: str,
 ) -> RefreshOutcome:
-    """Make ``occurrences`` hold this species' derived file under ``rules``, or skip when it already does."""
+    """Make ``occurrences`` hold this species' derived file under ``rules``, or skip when it already does.
+
+    ``derived`` is the file's bytes or its path. Given a path, the key comes from hashing the file in
+    blocks and the rows are copied from it block by block, so a skip costs a checksum and the state-row
+    read, and a reload never holds the whole file in memory.
+    """
     parts = occurrence_job_parts(derived, rules)
     config = parts.config
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(TABLE)
+        names = partition_names(species.species_id, parts.key)
         connection.execute(
             load_sql(PACKAGE, "upsert_species"),
             {
@@ -114,25 +147,32 @@ def load_occurrences(
                 "taxon_key": species.taxon_key,
             },
         )
-        connection.execute(
-            sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
-        )
-        fault_point(AFTER_DELETE, connection)
+        connection.execute(load_sql(PACKAGE, "create_occurrences_partition").format(**names))
         connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
+        copied = hashlib.sha256()
         with connection.cursor().copy(
             "COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)"
         ) as copy:
-            for start in range(0, len(derived), COPY_BLOCK):
-                copy.write(derived[start : start + COPY_BLOCK])
+            for block in _blocks(derived):
+                copied.update(block)
+                copy.write(block)
                 fault_point(MID_COPY, connection)
+        if copied.hexdigest() != parts.input:
+            # The file changed between hashing and copying: these rows are not the snapshot the key names.
+            source = derived if isinstance(derived, Path) else f"derived file of {species.slug}"
+            raise StaleInputError(f"{source}: changed while it was being loaded; materialize it again")
         cursor = connection.execute(
-            load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=table),
+            load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=names["fresh"]),
             {
                 "species_id": species.species_id,
                 "licenses": config["licenses"],
                 "require_coordinates": config["require_coordinates"],
             },
         )
+        connection.execute(load_sql(PACKAGE, "index_occurrences_partition").format(**names))
+        connection.execute(load_sql(PACKAGE, "swap_occurrences_partition").format(**names))
+        # The species' previous rows are dropped in this transaction now: a crash here must leave them.
+        fault_point(AFTER_DELETE, connection)
         return cursor.rowcount
 
     return refresh_partition(
