@@ -10,45 +10,21 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from surveillance_pipeline.core.scratch_databases import scratch_database as scratch_database_named
+
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
-
-
-@pytest.fixture(scope="session")
-def server_url() -> str:
-    url = os.environ.get("SURVEILLANCE_DATABASE_URL")
-    if not url:
-        pytest.fail(
-            "SURVEILLANCE_DATABASE_URL is not set: run the tests with `make test`, which provisions PostGIS"
-        )
-    return url
 
 
 @contextmanager
 def scratch_database(server_url: str, prefix: str) -> Iterator[str]:
-    """A new database with PostGIS on the project's server, dropped afterwards; yields its URL."""
-    name = f"{prefix}_{os.getpid()}"
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = _with_database(server_url, name)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
-    try:
+    """A new PostGIS database named after the prefix and this process, dropped afterwards; yields its URL."""
+    with scratch_database_named(server_url, f"{prefix}_{os.getpid()}") as url:
         yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture(scope="session")

@@ -27,13 +27,12 @@ import subprocess  # noqa: S404  # psql and dagster are run as the user runs the
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 import psycopg2
@@ -44,6 +43,7 @@ from psycopg.conninfo import conninfo_to_dict
 from surveillance_pipeline.bench.inputs import raw_snapshot, write_derived_csv
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, ensure_state_tables
+from surveillance_pipeline.core.scratch_databases import scratch_database
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species, load_registry
 from surveillance_pipeline.occurrences.load import PACKAGE as OCCURRENCES_PACKAGE
@@ -116,27 +116,6 @@ def log(message: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # Scratch databases (as surveillance_pipeline_tests/conftest.py makes them)
-
-
-def with_database(url: str, database: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
-
-
-@contextmanager
-def scratch_database(server_url: str, name: str, postgis: bool = True) -> Iterator[str]:
-    """A new database on the project's server, dropped afterwards; yields its URL."""
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = with_database(server_url, name)
-    if postgis:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
-    try:
-        yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def libpq_environment(url: str) -> dict[str, str]:
