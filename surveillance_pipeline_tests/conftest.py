@@ -20,6 +20,16 @@ from surveillance_pipeline.core.scratch_databases import scratch_database as scr
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    url = os.environ.get("SURVEILLANCE_DATABASE_URL")
+    if not url:
+        pytest.fail(
+            "SURVEILLANCE_DATABASE_URL is not set: run the tests with `make test`, which provisions PostGIS"
+        )
+    return url
+
+
 @contextmanager
 def scratch_database(server_url: str, prefix: str) -> Iterator[str]:
     """A new PostGIS database named after the prefix and this process, dropped afterwards; yields its URL."""
