@@ -35,7 +35,7 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m pytest
+	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
 
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
