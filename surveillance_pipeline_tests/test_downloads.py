@@ -344,3 +344,12 @@ def test_the_downloads_sensor_runs_once_per_new_download_and_only_for_the_downlo
 
     searching = {**definitions.resources, "gbif": GbifSource(source="lab")}
     assert "does not read downloads" in tick(None, searching).skip_message
+
+
+def test_a_species_is_found_by_its_backbone_key_as_derive_checks_it(shared_data):
+    download = read_download(shared_data / DWCA_ZIP)
+    by_key = dataclasses.replace(DEVIL_SPECIES, scientific_name="Bombus rufocinctus", taxon_key=1340347)
+    by_name = dataclasses.replace(by_key, taxon_key=None)
+    expected = [r for r in download.records if by_key.matches(r)]
+    assert expected and download.records_of(by_key) == expected
+    assert download.records_of(by_name) == [r for r in download.records if by_name.matches(r)]

@@ -21,16 +21,17 @@ import math
 import re
 import xml.etree.ElementTree as ElementTree  # noqa: S405 - see _parse_xml for why plain expat is safe here
 import zipfile
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
-from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
+from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, TAXON_KEY_FIELDS, Species
 from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, ZERO_COORDINATE
 from surveillance_pipeline.occurrences.licenses import normalize_license
 
@@ -96,6 +97,27 @@ class GbifDownload:
         except ValueError:
             return None
         return created.isoformat().replace("+00:00", "Z")
+
+    def records_of(self, species: Species) -> list[dict[str, Any]]:
+        """The records of one registry species, in key order (through an index built once per download:
+        ingest asks for every species, and a download can hold millions of records)."""
+        if species.taxon_key is not None:
+            found = {
+                r["key"]: r
+                for name in TAXON_KEY_FIELDS
+                for r in self._by_key.get((name, species.taxon_key), ())
+            }
+            return [found[key] for key in sorted(found)]
+        return list(self._by_key.get(("species", species.scientific_name), ()))
+
+    @cached_property
+    def _by_key(self) -> dict[tuple[str, Any], list[dict[str, Any]]]:
+        index: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
+        for record in self.records:
+            for name in (*TAXON_KEY_FIELDS, "species"):
+                if name in record:
+                    index[name, record[name]].append(record)
+        return index
 
     def counts(self) -> dict[str, int]:
         """The quirks a user should see before trusting a download (reported when it is observed)."""
@@ -176,7 +198,8 @@ class _TableLayout:
 
 def _read_simple_csv(path: Path, archive: zipfile.ZipFile, member: str) -> GbifDownload:
     # GBIF's simple CSV: tab-separated, UTF-8, one header line of term names, no quoting at all.
-    header = _member_text(path, archive, member, "utf-8").split("\n", 1)[0].rstrip("\r")
+    text = _member_text(path, archive, member, "utf-8")
+    header = text.split("\n", 1)[0].rstrip("\r")
     layout = _TableLayout(
         member=member,
         encoding="utf-8",
@@ -186,7 +209,7 @@ def _read_simple_csv(path: Path, archive: zipfile.ZipFile, member: str) -> GbifD
         columns=dict(enumerate(header.split("\t"))),
         defaults={},
     )
-    records = _read_records(path, archive, layout)
+    records = _parse_records(path, text, layout)
     return GbifDownload(path, _key_from_name(path), SIMPLE_CSV, None, None, sha256_file(path), records)
 
 
@@ -195,7 +218,7 @@ def _read_dwca(path: Path, archive: zipfile.ZipFile) -> GbifDownload:
     key, doi, query = _key_from_name(path), None, None
     if "metadata.xml" in archive.namelist():
         key, doi, query = _describe(path, _parse_xml(path, archive, "metadata.xml"), key)
-    records = _read_records(path, archive, layout)
+    records = _parse_records(path, _member_text(path, archive, layout.member, layout.encoding), layout)
     return GbifDownload(path, key, DWCA, doi, query, sha256_file(path), records)
 
 
@@ -314,8 +337,7 @@ def _member_text(path: Path, archive: zipfile.ZipFile, member: str, encoding: st
         ) from None
 
 
-def _read_records(path: Path, archive: zipfile.ZipFile, layout: _TableLayout) -> tuple[dict[str, Any], ...]:
-    text = _member_text(path, archive, layout.member, layout.encoding)
+def _parse_records(path: Path, text: str, layout: _TableLayout) -> tuple[dict[str, Any], ...]:
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise InputError(path, f"{layout.member} line {line}", None, "NUL byte in a text file")
@@ -389,15 +411,6 @@ def _record(values: dict[str, str], path: Path, where: str) -> dict[str, Any]:
     return record
 
 
-def taxon_matches(record: dict[str, Any], species: Species) -> bool:
-    """The record belongs to the species the registry asks for (by GBIF key when known, else by name)."""
-    if species.taxon_key is not None:
-        return species.taxon_key in {
-            record.get(name) for name in ("taxonKey", "speciesKey", "acceptedTaxonKey")
-        }
-    return record.get("species") == species.scientific_name
-
-
 def species_records(
     downloads: Iterable[GbifDownload], species: Species
 ) -> tuple[list[dict[str, Any]], list[GbifDownload]]:
@@ -409,7 +422,7 @@ def species_records(
     chosen: dict[int, dict[str, Any]] = {}
     sources: list[GbifDownload] = []
     for download in sorted(downloads, key=lambda download: download.key):
-        matching = [record for record in download.records if taxon_matches(record, species)]
+        matching = download.records_of(species)
         if matching:
             sources.append(download)
         chosen.update((record["key"], record) for record in matching)

@@ -16,6 +16,8 @@ REGISTRY_FILE = "species.csv"
 SEARCH_ENDPOINT = "occurrence/search"
 # Raw snapshots read from GBIF downloads record this endpoint, the downloads read and the taxon.
 DOWNLOAD_ENDPOINT = "occurrence/download"
+# A record's fields that hold a backbone key its taxon may be asked for by.
+TAXON_KEY_FIELDS = ("taxonKey", "speciesKey", "acceptedTaxonKey")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,13 @@ class Species:
                 **self.taxon_filter(),
             },
         }
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        """The record is of this taxon as GBIF answers the request: for a key, the record's own key, its
+        species key or its accepted key is that key; for a name, GBIF's interpreted species name is it."""
+        if self.taxon_key is not None:
+            return self.taxon_key in {record.get(name) for name in TAXON_KEY_FIELDS}
+        return record.get("species") == self.scientific_name
 
     def taxon_filter(self) -> dict[str, Any]:
         """How GBIF is asked for this taxon: by backbone key once known, else by scientific name."""

@@ -124,17 +124,11 @@ def _gbif_id(record: dict[str, Any], index: int, path: Path | str) -> int:
 
 
 def _check_taxon(record: dict[str, Any], species: Species, where: str, path: Path | str) -> None:
-    # GBIF returns a record for taxonKey=N when N is anywhere in its classification; for a species
-    # request that means its own key, its species key or its accepted key. A request by name is checked
-    # against the species name GBIF interpreted for the record.
+    if species.matches(record):
+        return
     if species.taxon_key is not None:
-        keys = {record.get(name) for name in ("taxonKey", "speciesKey", "acceptedTaxonKey")}
-        if species.taxon_key in keys:
-            return
         field_name, asked = "taxonKey", f"{species.taxon_key} ({species.scientific_name})"
     else:
-        if record.get("species") == species.scientific_name:
-            return
         field_name, asked = "species", species.scientific_name
     raise InputError(
         path,
