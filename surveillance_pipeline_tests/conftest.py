@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.core.scratch_databases import scratch_database as scratch_database_named
+from surveillance_pipeline.instance_storage import storage_config
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -82,10 +83,10 @@ def dagster_storage_url(server_url: str) -> Iterator[str]:
 
 @pytest.fixture()
 def postgres_instance(dagster_storage_url: str):
-    """A real Dagster instance with dagster-postgres storage (wiped per test)."""
+    """A real Dagster instance with the project's storage class on Postgres (wiped per test)."""
     import dagster as dg
 
-    overrides = {"storage": {"postgres": {"postgres_url": dagster_storage_url}}}
+    overrides = {"storage": storage_config(dagster_storage_url)}
     with dg.instance_for_test(overrides=overrides) as instance:
         instance.wipe()
         yield instance

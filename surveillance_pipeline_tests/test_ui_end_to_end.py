@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.instance_storage import storage_config
 from surveillance_pipeline.reporting import partition_range_tags, recorded_data_version
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
@@ -66,9 +67,7 @@ def stack(server_url, tmp_path_factory):
         )
         server.location = location["repositoriesOrError"]["nodes"][0]["location"]["name"]
         storage_url = storage.replace("postgresql://", "postgresql+psycopg2://", 1)
-        with dg.instance_for_test(
-            overrides={"storage": {"postgres": {"postgres_url": storage_url}}}
-        ) as instance:
+        with dg.instance_for_test(overrides={"storage": storage_config(storage_url)}) as instance:
             try:
                 yield server, instance, warehouse, data_dir
             finally:

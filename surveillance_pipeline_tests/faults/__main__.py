@@ -76,8 +76,11 @@ def run_concurrency(bench: Bench, counts: list[int]) -> list[Tally]:
 # The project's pools over a Postgres-backed instance of its own; the URL is read from the environment.
 POOL_INSTANCE = """\
 storage:
-  postgres:
-    postgres_url: {env: FAULTS_DAGSTER_STORAGE_URL}
+  custom:
+    module: surveillance_pipeline.instance_storage
+    class: PooledPostgresStorage
+    config:
+      postgres_url: {env: FAULTS_DAGSTER_STORAGE_URL}
 concurrency:
   pools:
     default_limit: 1

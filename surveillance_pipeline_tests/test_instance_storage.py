@@ -1,0 +1,101 @@
+"""The project's Dagster storage: dagster-postgres, with its event log written through a pooled connection."""
+
+import shutil
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dagster as dg
+import psycopg
+import pytest
+from sqlalchemy import event
+
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.instance_storage import PooledPostgresEventLogStorage, PooledPostgresStorage
+from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+PROJECT = Path(__file__).resolve().parent.parent
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def every_species(context: dg.AssetExecutionContext):
+    """One materialization per partition, as every species asset reports its skips."""
+    yield from report_partitions(
+        context, lambda key: PartitionReport(f"v-{key}", {"action": "skipped"}), upstream=None
+    )
+
+
+def _materialize_every_species(instance: dg.DagsterInstance) -> None:
+    keys = partition_keys()
+    result = dg.materialize(
+        [every_species],
+        instance=instance,
+        tags=partition_range_tags(keys[0], keys[-1]),
+        run_config=QUIET_CONSOLE,
+    )
+    assert result.success
+
+
+def _connections_opened(storage: PooledPostgresEventLogStorage) -> list[int]:
+    opened: list[int] = []
+    event.listen(storage._engine, "connect", lambda *_: opened.append(1))
+    return opened
+
+
+def test_the_project_instance_and_its_run_workers_use_the_pooled_event_log(
+    dagster_storage_url, tmp_path, monkeypatch
+):
+    storage = urlsplit(dagster_storage_url)
+    shutil.copy(PROJECT / "dagster.yaml", tmp_path / "dagster.yaml")
+    for name, value in {
+        "DAGSTER_HOME": str(tmp_path),
+        "DAGSTER_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
+        "DAGSTER_COMPUTE_LOGS_DIR": str(tmp_path / "compute_logs"),
+        "DAGSTER_PG_USERNAME": storage.username or "",
+        "DAGSTER_PG_PASSWORD": storage.password or "",
+        "DAGSTER_PG_HOST": storage.hostname or "127.0.0.1",
+        "DAGSTER_PG_PORT": str(storage.port or 5432),
+        "DAGSTER_PG_DB": storage.path.lstrip("/"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    with dg.DagsterInstance.get() as instance:
+        assert isinstance(instance.get_ref().storage, PooledPostgresStorage)
+        assert isinstance(instance.event_log_storage, PooledPostgresEventLogStorage)
+        # A run worker rebuilds its instance from this ref: it pools too.
+        with dg.DagsterInstance.from_ref(instance.get_ref()) as rebuilt:
+            assert isinstance(rebuilt.event_log_storage, PooledPostgresEventLogStorage)
+
+
+def test_a_run_over_71_partitions_stores_its_events_on_one_connection(postgres_instance):
+    storage = postgres_instance.event_log_storage
+    assert isinstance(storage, PooledPostgresEventLogStorage)
+    opened = _connections_opened(storage)
+    _materialize_every_species(postgres_instance)
+    # dagster-postgres alone opens a connection per call: three or four for each of the 71 events.
+    assert len(opened) <= 1
+    stored = postgres_instance.fetch_materializations(every_species.key, limit=1000).records
+    assert sorted(r.partition_key for r in stored) == sorted(partition_keys())
+    assert {r.asset_materialization.tags["dagster/data_version"] for r in stored} == {
+        f"v-{key}" for key in partition_keys()
+    }
+
+
+def test_a_pooled_connection_the_server_dropped_is_replaced_not_failed(
+    postgres_instance, dagster_storage_url, server_url
+):
+    storage = postgres_instance.event_log_storage
+    _materialize_every_species(postgres_instance)
+    database = urlsplit(dagster_storage_url).path.lstrip("/")
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        dropped = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database],
+        ).fetchone()
+    assert dropped is not None and dropped[0] >= 1, "the pool held no connection to drop"
+    opened = _connections_opened(storage)
+    _materialize_every_species(postgres_instance)
+    assert len(opened) == 1
+    assert len(postgres_instance.fetch_materializations(every_species.key, limit=1000).records) == 142
