@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.gbif.client import GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.downloads import (
     DOWNLOAD_SOURCE,
@@ -83,8 +83,8 @@ def write_raw_snapshot(
     retrieved: str | None = None,
 ) -> IngestOutcome:
     """Normalize and write the snapshot, or keep the stored file when request and records are equal."""
-    records = normalize_records(records, f"GBIF {source}")
-    records_sha256 = sha256_hex(canonical_json(records).encode("utf-8"))
+    normalized = normalize_records(records, f"GBIF {source}")
+    records, records_sha256 = normalized.records, normalized.sha256
     previous = _previous_snapshot(raw_path)
     if previous is not None and previous.request == request and previous.records == records:
         data = raw_path.read_bytes()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError, decode_utf8
-from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.core.partition_files import replace_file
 
 RAW_FORMAT = 1
@@ -40,24 +40,46 @@ class RawSnapshot:
         ).encode()
 
 
+@dataclass(frozen=True)
+class NormalizedRecords:
+    records: list[dict[str, Any]]
+    # sha256 of the records' canonical JSON: what the records are, whatever the file around them says.
+    sha256: str
+
+
 def normalize_records(
     records: Iterable[dict[str, Any]], path: Path | str = "<response>"
-) -> list[dict[str, Any]]:
-    """Records as plain JSON values sorted by GBIF ``key`` (key order inside is fixed when written)."""
-    copies = json.loads(json.dumps(list(records)))
-    for index, record in enumerate(copies):
+) -> NormalizedRecords:
+    """Records as plain JSON values sorted by GBIF ``key`` (key order inside is fixed when written).
+
+    One canonical serialization gives both the sha256 and the copies, parsed back from it: the copies
+    share nothing with the client's own objects, and hold nothing JSON cannot.
+    """
+    originals = list(records)
+    for index, record in enumerate(originals):
         key = record.get("key") if isinstance(record, dict) else None
         if isinstance(key, bool) or not isinstance(key, int):
             raise InputError(path, f"record {index}", "key", f"expected an integer gbifID, got {key!r}")
-    return sorted(copies, key=lambda record: record["key"])
+    text = canonical_json(sorted(originals, key=lambda record: record["key"]))
+    return NormalizedRecords(json.loads(text), sha256_hex(text.encode("utf-8")))
+
+
+def read_raw_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "file", None, "raw snapshot is missing: materialize gbif_raw first") from None
 
 
 def read_raw_snapshot(path: Path) -> RawSnapshot:
     """Read a raw snapshot, naming the file and line when it is not the JSON we wrote."""
+    return parse_raw_snapshot(path, read_raw_bytes(path))
+
+
+def parse_raw_snapshot(path: Path, data: bytes) -> RawSnapshot:
+    """A raw snapshot from the bytes read from ``path`` (named in errors)."""
     try:
-        document = json.loads(decode_utf8(path, path.read_bytes()))
-    except FileNotFoundError:
-        raise InputError(path, "file", None, "raw snapshot is missing: materialize gbif_raw first") from None
+        document = json.loads(decode_utf8(path, data))
     except json.JSONDecodeError as error:
         raise InputError(
             path, f"line {error.lineno} column {error.colno}", None, f"malformed JSON: {error.msg}"
