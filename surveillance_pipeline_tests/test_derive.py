@@ -8,7 +8,8 @@ from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.gbif.ingest import ingest_species
 from surveillance_pipeline.gbif.lab import LabGbifClient
 from surveillance_pipeline.gbif.registry import species_by_slug
-from surveillance_pipeline.occurrences.derive import derive_occurrences
+from surveillance_pipeline.occurrences import derive
+from surveillance_pipeline.occurrences.derive import derive_occurrences, derive_raw_file
 from surveillance_pipeline.occurrences.licenses import normalize_license
 from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot
 
@@ -77,6 +78,32 @@ def test_derive_is_sorted_stable_and_pure(tmp_path):
     shuffled = RawSnapshot(snapshot.request, "another time", "lab", list(reversed(snapshot.records)))
     assert derive_occurrences(shuffled, DEVIL, path).data == derived.data
     assert b"\r" not in derived.data
+
+
+def test_the_same_raw_bytes_are_derived_once_and_new_bytes_afresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(derive, "_recent_derives", type(derive._recent_derives)())
+    path = tmp_path / "raw.json"
+    ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z")
+    first = derive_raw_file(path, DEVIL)
+    assert first.derived == derive_occurrences(read_raw_snapshot(path), DEVIL, path)
+    assert derive_raw_file(path, DEVIL).derived is first.derived, "the same bytes are not derived twice"
+
+    # Edited raw bytes (one record's year) are derived afresh, not served from what was kept.
+    document = json.loads(path.read_text())
+    record = next(r for r in document["records"] if "year" in r)
+    record["year"] = 1951 if record["year"] != 1951 else 1952
+    path.write_text(json.dumps(document, sort_keys=True, indent=1) + "\n")
+    edited = derive_raw_file(path, DEVIL)
+    assert edited.raw_sha256 != first.raw_sha256
+    assert edited.derived.data != first.derived.data
+    assert edited.derived == derive_occurrences(read_raw_snapshot(path), DEVIL, path)
+
+    # Bounded: past the cap the oldest derives go.
+    monkeypatch.setattr(derive, "RECENT_DERIVES_BYTES", len(first.derived.data) + 1)
+    record["year"] = 1953
+    path.write_text(json.dumps(document, sort_keys=True, indent=1) + "\n")
+    newest = derive_raw_file(path, DEVIL)
+    assert list(derive._recent_derives.values()) == [newest.derived]
 
 
 def test_derive_refuses_a_snapshot_fetched_with_another_request(tmp_path):

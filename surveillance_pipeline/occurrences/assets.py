@@ -21,7 +21,7 @@ from surveillance_pipeline.core.refresh import (
 from surveillance_pipeline.gbif.downloads import downloads_version, read_downloads
 from surveillance_pipeline.gbif.ingest import IngestOutcome, ingest_species, ingest_species_from_downloads
 from surveillance_pipeline.gbif.registry import Species, species_by_slug
-from surveillance_pipeline.occurrences.derive import DERIVE_VERSION, DERIVED_COLUMNS, derive_occurrences
+from surveillance_pipeline.occurrences.derive import DERIVE_VERSION, DERIVED_COLUMNS, derive_raw_file
 from surveillance_pipeline.occurrences.licenses import LICENSES
 from surveillance_pipeline.occurrences.load import (
     SCHEMA_VERSION,
@@ -31,7 +31,7 @@ from surveillance_pipeline.occurrences.load import (
     verified_derived_bytes,
 )
 from surveillance_pipeline.occurrences.partitions import species_partitions
-from surveillance_pipeline.occurrences.raw import read_raw_snapshot, write_atomically
+from surveillance_pipeline.occurrences.raw import write_atomically
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
@@ -150,10 +150,10 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
             species = species_by_slug(slug)
             raw_path, derived_path = paths.raw(slug), paths.derived(slug)
             delete_stale_staging_file(derived_path)
-            snapshot = read_raw_snapshot(raw_path)
-            derived = derive_occurrences(snapshot, species, raw_path)
+            fresh = derive_raw_file(raw_path, species)
+            derived = fresh.derived
             parts = JobKeyParts(
-                input=sha256_hex(raw_path.read_bytes()),
+                input=fresh.raw_sha256,
                 transform=DERIVE_VERSION,
                 config={},
                 schema=len(DERIVED_COLUMNS),

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import io
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.keys import canonical_json
+from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 from surveillance_pipeline.occurrences.licenses import normalize_license
-from surveillance_pipeline.occurrences.raw import RawSnapshot
+from surveillance_pipeline.occurrences.raw import RawSnapshot, parse_raw_snapshot, read_raw_bytes
 
 DERIVE_VERSION = 1
 DERIVED_COLUMNS = ("id", "year", "longitude", "latitude", "license")
@@ -27,6 +28,9 @@ MAX_GBIF_ID = 2**63 - 1
 # GBIF's flag for records published at 0,0: kept, but without a geometry.
 ZERO_COORDINATE = "ZERO_COORDINATE"
 ZERO = ("", "")  # identity-compared marker: coordinates dropped because they were 0,0
+# How much derived output one process keeps for derive_raw_file (a species is a few hundred bytes to
+# tens of megabytes of CSV); the oldest entries go first.
+RECENT_DERIVES_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,38 @@ class DerivedFile:
     data: bytes
     rows: int
     counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RawDerive:
+    """A raw file's sha256 and the derive of exactly those bytes."""
+
+    raw_sha256: str
+    derived: DerivedFile
+
+
+# Derive is pure: the same raw bytes, species and code give the same CSV. gbif_derived derives every
+# partition and occurrences then checks the derived file against a fresh derive; in one process (one
+# `make run`, one backfill run) the second derive of the same bytes would redo the first one exactly. So
+# the results are kept here, keyed by the raw bytes' sha256, the species and DERIVE_VERSION. It is not a
+# cache that outlives its inputs: it lives as long as the process (and so its code), and is bounded.
+_recent_derives: OrderedDict[tuple[str, Species, int], DerivedFile] = OrderedDict()
+
+
+def derive_raw_file(raw_path: Path, species: Species) -> RawDerive:
+    """Derive the raw file at ``raw_path``; a derive this process already did of the same bytes is reused."""
+    raw = read_raw_bytes(raw_path)
+    raw_sha256 = sha256_hex(raw)
+    key = (raw_sha256, species, DERIVE_VERSION)
+    derived = _recent_derives.get(key)
+    if derived is None:
+        derived = derive_occurrences(parse_raw_snapshot(raw_path, raw), species, raw_path)
+        _recent_derives[key] = derived
+        while sum(len(kept.data) for kept in _recent_derives.values()) > RECENT_DERIVES_BYTES:
+            _recent_derives.popitem(last=False)
+    else:
+        _recent_derives.move_to_end(key)
+    return RawDerive(raw_sha256, derived)
 
 
 def check_request(snapshot: RawSnapshot, species: Species, path: Path | str) -> None:

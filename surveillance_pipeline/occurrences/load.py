@@ -17,9 +17,8 @@ from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_occurrences
+from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_raw_file
 from surveillance_pipeline.occurrences.licenses import LICENSES
-from surveillance_pipeline.occurrences.raw import read_raw_snapshot
 
 PACKAGE = "surveillance_pipeline.occurrences"
 JOB = "occurrences"
@@ -76,7 +75,7 @@ def verified_derived_bytes(species: Species, raw_path: Path, derived_path: Path)
         raise InputError(
             derived_path, "file", None, "derived file is missing: materialize gbif_derived first"
         ) from None
-    fresh = derive_occurrences(read_raw_snapshot(raw_path), species, raw_path).data
+    fresh = derive_raw_file(raw_path, species).derived.data
     if derived != fresh:
         where = _first_difference(derived, fresh)
         raise StaleInputError(
