@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import geopandas as gpd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from shapely.geometry import Point
@@ -57,7 +56,9 @@ def geoparquet_export(name: str, columns: Sequence[str], rows: Sequence[Sequence
     """GeoParquet (EPSG:4326 points from ``longitude``/``latitude``), rows in the given (id) order."""
     records = [dict(zip(columns, row, strict=True)) for row in rows]
     geometry = [Point(r["longitude"], r["latitude"]) if r["longitude"] is not None else None for r in records]
-    frame = gpd.GeoDataFrame(records, columns=list(columns), geometry=geometry, crs="EPSG:4326")
+    import geopandas  # imported here: it takes most of a second, and every run of the CLI would pay it
+
+    frame = geopandas.GeoDataFrame(records, columns=list(columns), geometry=geometry, crs="EPSG:4326")
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False, compression=PARQUET_COMPRESSION)
     return ExportFile(name, buffer.getvalue(), len(rows), f"geoparquet: EPSG:4326, {PARQUET_COMPRESSION}")
