@@ -46,7 +46,8 @@ faults: provision ## Kill, restart, overlap and disconnect loads; print the reli
 
 ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.pools && \
+		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
 bench: provision ## Time the load, skip, sample and run paths against their limits (BENCH_ARGS=--with-10m)
 	@mkdir -p .dagster

@@ -21,6 +21,7 @@ from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
 from surveillance_pipeline.ledger.lab_batches import write_lab_batches
+from surveillance_pipeline.pools import ensure_pool_limits
 from surveillance_pipeline.reporting import partition_range_tags
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
@@ -65,6 +66,7 @@ def run_all_partitions(
     """
     root = root or data_dir()
     prepare_lab_inputs(root)
+    ensure_pool_limits(instance, definitions)
     species = partition_keys()
     days = batch_days_present(root)
     plan = [

@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -55,6 +56,14 @@ class DagsterDev:
         self.log_path = home / "dagster_dev.log"
 
     def start(self, timeout: float = 90) -> None:
+        # As `make ui` does: every pool's limit set before a run can claim it.
+        subprocess.run(  # noqa: S603  # fixed argv, no shell
+            [sys.executable, "-m", "surveillance_pipeline.pools"],
+            cwd=PROJECT_ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [str(DAGSTER), "dev", "-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"],

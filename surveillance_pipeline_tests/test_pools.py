@@ -1,0 +1,20 @@
+"""Pool limits are set before any run claims a pool (a fresh pool's first claims race)."""
+
+import pytest
+
+from surveillance_pipeline.definitions import defs
+from surveillance_pipeline.pools import POOL_LIMIT, asset_pools, ensure_pool_limits
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+
+
+def test_every_asset_pool_gets_a_limit_of_one_and_a_users_own_limit_stays(postgres_instance):
+    pools = asset_pools(defs)
+    assert {"gbif_raw", "occurrences", "occurrence_feed", "devil_snapshot", "sample_export"} <= set(pools)
+    storage = postgres_instance.event_log_storage
+    storage.set_concurrency_slots("occurrences", 2)  # what a user may set in the UI
+
+    assert ensure_pool_limits(postgres_instance, defs) == [p for p in pools if p != "occurrences"]
+    limits = {pool: storage.get_concurrency_info(pool).slot_count for pool in pools}
+    assert limits == {pool: 2 if pool == "occurrences" else POOL_LIMIT for pool in pools}
+    assert ensure_pool_limits(postgres_instance, defs) == []
