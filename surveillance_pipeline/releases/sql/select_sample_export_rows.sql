@@ -7,6 +7,7 @@ SELECT sample.id,
        occurrences.latitude,
        occurrences.license
 FROM occurrence_sample AS sample
-JOIN occurrences ON occurrences.id = sample.id
+-- On species_id too: occurrences is partitioned by it, and its primary key is (id, species_id).
+JOIN occurrences ON occurrences.species_id = sample.species_id AND occurrences.id = sample.id
 JOIN species ON species.species_id = sample.species_id
 ORDER BY sample.id
