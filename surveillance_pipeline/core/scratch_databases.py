@@ -6,6 +6,7 @@ by a fault trial cannot keep it alive. Dagster-free.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -23,7 +24,7 @@ def with_database(url: str, database: str) -> str:
 def scratch_database(server_url: str, name: str, postgis: bool = True) -> Iterator[str]:
     """A new database called ``name`` (replacing one left behind), dropped afterwards; yields its URL."""
     with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop_database(admin, name)
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = with_database(server_url, name)
     if postgis:
@@ -33,4 +34,22 @@ def scratch_database(server_url: str, name: str, postgis: bool = True) -> Iterat
         yield url
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
+            drop_database(admin, name)
+
+
+def drop_database(admin: psycopg.Connection, name: str, attempts: int = 20) -> None:
+    """DROP DATABASE … WITH (FORCE), retried while an autovacuum worker is in it.
+
+    FORCE terminates the other sessions in the database, but refuses (as "must be a member of the role
+    whose process is being terminated") when one of them is an autovacuum worker, which belongs to no
+    role. Seen once, after a bench section had written thousands of Dagster events; the worker is gone
+    within moments.
+    """
+    for attempt in range(attempts):
+        try:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
