@@ -15,6 +15,7 @@ from the same ``dagster.yaml`` and pool the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
@@ -31,6 +32,15 @@ POOLED_CONNECTIONS = 1
 OVERFLOW_CONNECTIONS = 8
 # Reconnect after an hour, as the Dagster webserver does with its own pooled storage.
 RECYCLE_SECONDS = 3600
+
+
+def _arguments_from_config(config_value: Mapping[str, Any]) -> dict[str, Any]:
+    """What dagster-postgres's storages read from their config block (``pg_config``)."""
+    return {
+        "postgres_url": pg_url_from_config(config_value),
+        "should_autocreate_tables": bool(config_value.get("should_autocreate_tables", True)),
+        "token_provider": get_token_provider_from_config(config_value),
+    }
 
 
 class PooledPostgresEventLogStorage(PostgresEventLogStorage):
@@ -60,12 +70,7 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
     def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value: Any
     ) -> PooledPostgresEventLogStorage:
-        return cls(
-            inst_data=inst_data,
-            postgres_url=pg_url_from_config(config_value),
-            should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-            token_provider=get_token_provider_from_config(config_value),
-        )
+        return cls(inst_data=inst_data, **_arguments_from_config(config_value))
 
     def has_table(self, table_name: str) -> bool:
         """Asked on every asset event, on a second connection; a table once there stays there."""
@@ -104,12 +109,7 @@ class PooledPostgresStorage(DagsterPostgresStorage):
     def from_config_value(  # type: ignore[override]
         cls, inst_data: ConfigurableClassData | None, config_value: PostgresStorageConfig
     ) -> PooledPostgresStorage:
-        return cls(
-            inst_data=inst_data,
-            postgres_url=pg_url_from_config(config_value),
-            should_autocreate_tables=bool(config_value.get("should_autocreate_tables", True)),
-            token_provider=get_token_provider_from_config(config_value),
-        )
+        return cls(inst_data=inst_data, **_arguments_from_config(config_value))
 
     @property
     def event_storage_data(self) -> ConfigurableClassData | None:

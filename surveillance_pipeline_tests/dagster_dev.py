@@ -29,6 +29,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def project_dagster_home(home: Path, storage_url: str) -> dict[str, str]:
+    """A DAGSTER_HOME with the project's dagster.yaml, and the environment it reads, on ``storage_url``."""
+    storage = urlsplit(storage_url)
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    return {
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_ARTIFACTS_DIR": str(home / "artifacts"),
+        "DAGSTER_COMPUTE_LOGS_DIR": str(home / "compute_logs"),
+        "DAGSTER_PG_USERNAME": storage.username or "",
+        "DAGSTER_PG_PASSWORD": storage.password or "",
+        "DAGSTER_PG_HOST": storage.hostname or "127.0.0.1",
+        "DAGSTER_PG_PORT": str(storage.port or 5432),
+        "DAGSTER_PG_DB": storage.path.lstrip("/"),
+    }
+
+
 class DagsterDev:
     """`dagster dev` over a Postgres-backed instance configured by the project's own dagster.yaml."""
 
@@ -36,19 +53,9 @@ class DagsterDev:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        storage = urlsplit(storage_url)
-        home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
         self.env = {
             **os.environ,
-            "DAGSTER_HOME": str(home),
-            "DAGSTER_ARTIFACTS_DIR": str(home / "artifacts"),
-            "DAGSTER_COMPUTE_LOGS_DIR": str(home / "compute_logs"),
-            "DAGSTER_PG_USERNAME": storage.username or "",
-            "DAGSTER_PG_PASSWORD": storage.password or "",
-            "DAGSTER_PG_HOST": storage.hostname or "127.0.0.1",
-            "DAGSTER_PG_PORT": str(storage.port or 5432),
-            "DAGSTER_PG_DB": storage.path.lstrip("/"),
+            **project_dagster_home(home, storage_url),
             "SURVEILLANCE_DATABASE_URL": warehouse_url,
             "SURVEILLANCE_DATA_DIR": str(data_dir),
         }

@@ -1,7 +1,5 @@
 """The project's Dagster storage: dagster-postgres, with its event log written through a pooled connection."""
 
-import shutil
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import dagster as dg
@@ -13,9 +11,9 @@ from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.instance_storage import PooledPostgresEventLogStorage, PooledPostgresStorage
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
+from surveillance_pipeline_tests.dagster_dev import project_dagster_home
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
-PROJECT = Path(__file__).resolve().parent.parent
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -47,18 +45,7 @@ def _connections_opened(storage: PooledPostgresEventLogStorage) -> list[int]:
 def test_the_project_instance_and_its_run_workers_use_the_pooled_event_log(
     dagster_storage_url, tmp_path, monkeypatch
 ):
-    storage = urlsplit(dagster_storage_url)
-    shutil.copy(PROJECT / "dagster.yaml", tmp_path / "dagster.yaml")
-    for name, value in {
-        "DAGSTER_HOME": str(tmp_path),
-        "DAGSTER_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
-        "DAGSTER_COMPUTE_LOGS_DIR": str(tmp_path / "compute_logs"),
-        "DAGSTER_PG_USERNAME": storage.username or "",
-        "DAGSTER_PG_PASSWORD": storage.password or "",
-        "DAGSTER_PG_HOST": storage.hostname or "127.0.0.1",
-        "DAGSTER_PG_PORT": str(storage.port or 5432),
-        "DAGSTER_PG_DB": storage.path.lstrip("/"),
-    }.items():
+    for name, value in project_dagster_home(tmp_path, dagster_storage_url).items():
         monkeypatch.setenv(name, value)
     with dg.DagsterInstance.get() as instance:
         assert isinstance(instance.get_ref().storage, PooledPostgresStorage)
