@@ -100,13 +100,16 @@ def run_pools(bench: Bench, counts: list[int], server_url: str) -> list[Tally]:
             "FAULTS_DAGSTER_STORAGE_URL": storage.replace("postgresql://", "postgresql+psycopg2://", 1),
         }
         os.environ["FAULTS_DAGSTER_STORAGE_URL"] = environment["FAULTS_DAGSTER_STORAGE_URL"]
-        # The pool's limit is set before the first run, as `dagster instance concurrency set` would. Left
+        # Pool limits are set before the first run, as make run and make ui set them (pools.py). Left
         # to default_limit, the pool's row is created at the first claim, and two first
         # claims racing there both got a slot (2 of 4 trials; the database lock still made the second skip).
         import dagster as dg
 
+        from surveillance_pipeline.definitions import defs
+        from surveillance_pipeline.pools import ensure_pool_limits
+
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            instance.event_log_storage.set_concurrency_slots("occurrences", 1)
+            ensure_pool_limits(instance, defs)
         for number, workers in enumerate(counts):
             tally = Tally(f"{workers} concurrent runs, one instance with pools")
             concurrent_trial(bench, tally, workers, 100 + number, shared_instance=environment)
