@@ -6,10 +6,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Every target that talks to PostGIS or Dagster runs with the provisioned environment.
+# Every target that talks to PostGIS or Dagster runs with the provisioned environment. Dagster writes a
+# step's per-partition events in batches of up to DAGSTER_EVENT_BATCH_SIZE (surveillance_pipeline/reporting.py).
+EVENT_BATCH_SIZE := 200
 WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
-	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs &&
+	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
 
 .PHONY: help venv provision run test faults bench ui lint lock clean replay
 

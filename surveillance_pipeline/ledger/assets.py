@@ -1,6 +1,5 @@
 """occurrence_batches: one daily partition per batch file, applied once each through the batch ledger."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -10,7 +9,12 @@ from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, 
 from surveillance_pipeline.ledger.feed import SCHEMA_VERSION, TARGET, apply_batch, batch_path, read_batch
 from surveillance_pipeline.ledger.lab_batches import FIRST_DAY
 from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
+from surveillance_pipeline.reporting import (
+    PartitionEvents,
+    PartitionReport,
+    outcome_report,
+    report_partitions,
+)
 from surveillance_pipeline.resources import DataPaths, Warehouse
 
 batch_days = dg.DailyPartitionsDefinition(start_date=FIRST_DAY.isoformat())
@@ -29,7 +33,7 @@ NO_BATCH = "none"
 )
 def occurrence_batches(
     context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse
-) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+) -> PartitionEvents:
     with warehouse.connect() as conn:
 
         def apply_day(day: str) -> PartitionReport:

@@ -4,7 +4,6 @@ Each asset reports its data version (the raw and derived files' sha256; the job 
 ``action`` (loaded or skipped) and a ``reason``, and writes one provenance row.
 """
 
-from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -33,7 +32,12 @@ from surveillance_pipeline.occurrences.load import (
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.occurrences.raw import write_atomically
 from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
+from surveillance_pipeline.reporting import (
+    PartitionEvents,
+    PartitionReport,
+    outcome_report,
+    report_partitions,
+)
 from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
 
 
@@ -42,9 +46,6 @@ class OccurrencesConfig(dg.Config):
 
     licenses: list[str] = list(LICENSES)
     require_coordinates: bool = False
-
-
-Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
 
 
 SPECIES_ASSET: dict[str, Any] = {
@@ -93,7 +94,7 @@ def gbif_downloads(paths: DataPaths) -> dg.ObserveResult:
 )
 def gbif_raw(
     context: dg.AssetExecutionContext, gbif: GbifSource, paths: DataPaths, warehouse: Warehouse
-) -> Events:
+) -> PartitionEvents:
     if gbif.reads_downloads():
         downloads = read_downloads(paths.downloads())
 
@@ -143,7 +144,9 @@ def gbif_raw(
     description="Pure derive of data/raw/<slug>.json into data/derived/<slug>.csv "
     f"({','.join(DERIVED_COLUMNS)}, sorted by id). Refuses a raw snapshot whose request is stale.",
 )
-def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse) -> Events:
+def gbif_derived(
+    context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse
+) -> PartitionEvents:
     with warehouse.connect() as conn:
 
         def derive_partition(slug: str) -> PartitionReport:
@@ -187,7 +190,7 @@ def gbif_derived(context: dg.AssetExecutionContext, paths: DataPaths, warehouse:
 )
 def occurrences(
     context: dg.AssetExecutionContext, config: OccurrencesConfig, paths: DataPaths, warehouse: Warehouse
-) -> Events:
+) -> PartitionEvents:
     rules = OccurrenceRules(licenses=tuple(config.licenses), require_coordinates=config.require_coordinates)
     with warehouse.connect() as conn:
 

@@ -1,17 +1,18 @@
 """geocoded_localities and region_assignment: thin Dagster assets over the places core."""
 
-from collections.abc import Iterator
-
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, gbif_raw, occurrences
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.places import geocoded, regions
-from surveillance_pipeline.reporting import PartitionReport, outcome_report, report_partitions
+from surveillance_pipeline.reporting import (
+    PartitionEvents,
+    PartitionReport,
+    outcome_report,
+    report_partitions,
+)
 from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
-
-Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
 
 
 @dg.asset(
@@ -27,7 +28,7 @@ Events = Iterator[dg.MaterializeResult | dg.AssetMaterialization]
 )
 def geocoded_localities(
     context: dg.AssetExecutionContext, geocoder: GeocoderSource, paths: DataPaths, warehouse: Warehouse
-) -> Events:
+) -> PartitionEvents:
     client = geocoder.geocoder()
     with warehouse.connect() as conn:
 
@@ -74,7 +75,7 @@ class RegionAssignmentConfig(dg.Config):
 )
 def region_assignment(
     context: dg.AssetExecutionContext, config: RegionAssignmentConfig, warehouse: Warehouse
-) -> Events:
+) -> PartitionEvents:
     layer = regions.RegionLayer.configured(config.layer, config.id_property, config.name_property)
     with warehouse.connect() as conn:
         loaded = regions.load_regions(conn, layer, context.run.run_id)

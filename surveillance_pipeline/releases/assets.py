@@ -3,7 +3,7 @@
 import hashlib
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from surveillance_pipeline.releases.registration import (
 )
 from surveillance_pipeline.releases.replay import replay_masked_release as replay_from_provenance
 from surveillance_pipeline.reporting import (
+    PartitionEvents,
     PartitionReport,
     materialize_result,
     outcome_report,
@@ -197,7 +198,7 @@ class MaskedReleaseConfig(dg.Config):
 )
 def masked_release(
     context: dg.AssetExecutionContext, config: MaskedReleaseConfig, warehouse: Warehouse, paths: DataPaths
-) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+) -> PartitionEvents:
     rules = MaskingRules(min_m=config.min_m, max_m=config.max_m, crs=config.crs)
     with warehouse.connect() as conn:
 

@@ -1,7 +1,5 @@
 """occurrence_sample (per species) and occurrence_sample_summary, with the three-engine check."""
 
-from collections.abc import Iterator
-
 import dagster as dg
 
 from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
@@ -11,6 +9,7 @@ from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import (
+    PartitionEvents,
     PartitionReport,
     materialize_result,
     outcome_report,
@@ -53,7 +52,7 @@ class SampleConfig(dg.Config):
 )
 def occurrence_sample(
     context: dg.AssetExecutionContext, config: SampleConfig, warehouse: Warehouse
-) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+) -> PartitionEvents:
     with warehouse.connect() as conn:
 
         def sample_partition(slug: str) -> PartitionReport:

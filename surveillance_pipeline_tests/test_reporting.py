@@ -1,0 +1,120 @@
+"""Per-partition reports: each partition's own data version, written to the event log in batches.
+
+The batch is observed in PostgreSQL itself: rows inserted by one transaction share their ``xmin``, and
+Dagster writes a batch of events with one INSERT, each single event in a transaction of its own.
+"""
+
+import dagster as dg
+import psycopg
+import pytest
+
+from surveillance_pipeline import reporting
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+BATCH_SIZE = "200"
+FAILING_PARTITION = partition_keys()[40]
+
+
+class PartitionFailed(Exception):
+    pass
+
+
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def reported(context: dg.AssetExecutionContext):
+    yield from report_partitions(
+        context, lambda key: PartitionReport(f"v-{key}", {"action": "skipped"}), upstream=None
+    )
+
+
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def fails_midway(context: dg.AssetExecutionContext):
+    def compute(key: str) -> PartitionReport:
+        if key == FAILING_PARTITION:
+            raise PartitionFailed(key)
+        return PartitionReport(f"v-{key}", {"action": "loaded"})
+
+    yield from report_partitions(context, compute, upstream=None)
+
+
+def _materialize(asset: dg.AssetsDefinition, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    keys = partition_keys()
+    return dg.materialize(
+        [asset],
+        instance=instance,
+        tags=partition_range_tags(keys[0], keys[-1]),
+        run_config=QUIET_CONSOLE,
+        raise_on_error=False,
+    )
+
+
+def _transactions_and_events(storage_url: str, run_id: str) -> tuple[int, int]:
+    """How many transactions wrote the run's materializations, and how many there are."""
+    url = storage_url.replace("postgresql+psycopg2://", "postgresql://", 1)
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(DISTINCT xmin::text), count(*) FROM event_logs "
+            "WHERE run_id = %s AND dagster_event_type = 'ASSET_MATERIALIZATION'",
+            [run_id],
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def _data_versions(instance: dg.DagsterInstance, asset: dg.AssetsDefinition) -> dict[str, str]:
+    records = instance.fetch_materializations(asset.key, limit=1000).records
+    return {
+        r.partition_key: r.asset_materialization.tags["dagster/data_version"]
+        for r in records
+        if r.partition_key and r.asset_materialization and r.asset_materialization.tags
+    }
+
+
+def test_a_steps_partition_events_are_written_in_one_batch(
+    postgres_instance, dagster_storage_url, monkeypatch
+):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    result = _materialize(reported, postgres_instance)
+    assert result.success
+    assert _transactions_and_events(dagster_storage_url, result.run_id) == (1, 71)
+    assert _data_versions(postgres_instance, reported) == {key: f"v-{key}" for key in partition_keys()}
+    # The asset's row (Dagster's "latest materialization") is the last partition's event.
+    latest = postgres_instance.get_latest_materialization_event(reported.key)
+    assert latest is not None and latest.dagster_event is not None
+    assert latest.dagster_event.partition == partition_keys()[-1]
+
+
+def test_without_the_batch_size_each_event_is_written_on_its_own(
+    postgres_instance, dagster_storage_url, monkeypatch
+):
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    result = _materialize(reported, postgres_instance)
+    assert result.success
+    assert _transactions_and_events(dagster_storage_url, result.run_id) == (71, 71)
+    assert _data_versions(postgres_instance, reported) == {key: f"v-{key}" for key in partition_keys()}
+
+
+def test_a_batch_open_for_batch_seconds_is_closed(postgres_instance, dagster_storage_url, monkeypatch):
+    """A long step's partitions reach the UI as it goes: here every event is past the (zero) limit."""
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    monkeypatch.setattr(reporting, "BATCH_SECONDS", 0.0)
+    result = _materialize(reported, postgres_instance)
+    assert result.success
+    assert _transactions_and_events(dagster_storage_url, result.run_id) == (71, 71)
+
+
+def test_a_failing_partition_still_gets_the_ones_before_it_reported(
+    postgres_instance, dagster_storage_url, monkeypatch
+):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    result = _materialize(fails_midway, postgres_instance)
+    assert not result.success
+    failure = next(event for event in result.all_events if event.is_step_failure)
+    assert failure.step_failure_data is not None and failure.step_failure_data.error is not None
+    assert f"PartitionFailed: {FAILING_PARTITION}" in failure.step_failure_data.error.to_string()
+    before = partition_keys()[: partition_keys().index(FAILING_PARTITION)]
+    assert _data_versions(postgres_instance, fails_midway) == {key: f"v-{key}" for key in before}
+    assert _transactions_and_events(dagster_storage_url, result.run_id) == (1, len(before))
