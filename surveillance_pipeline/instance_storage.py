@@ -6,11 +6,15 @@ its tags and the asset's row on another; a table-exists check on a third, while 
 with password authentication (SCRAM) each costs about 8 ms here. A no-change ``make run`` stores one
 materialization per partition and asset (7 × 71), and spent more time connecting than doing anything else.
 
-Only the event log is pooled: it is the storage written per partition. One connection stays open per
-instance, as in the Dagster webserver's own pooled storage; the table-exists check is answered from memory
-once the table is seen, so no call needs a second. Connections are pinged when checked out, so one dropped
-by a server restart is replaced instead of failing a run. Runs launched by the daemon rebuild their instance
-from the same ``dagster.yaml`` and pool the same way.
+The event log and the run storage are pooled: the event log is written per partition, and the run storage
+is asked about its runs and its own columns a dozen times per run, each time on a new connection (about 50
+connections in a no-change ``make run``). One connection stays open for each of them per instance, as in
+the Dagster webserver's own pooled storage (its ``optimize_for_webserver`` swaps both engines likewise);
+the event log's table-exists check is answered from memory once the table is seen, so no call needs a
+second. Connections are pinged when checked out, so one dropped by a server restart is replaced instead of
+failing a run. Runs launched by the daemon rebuild their instance from the same ``dagster.yaml`` and pool
+the same way. Schedule storage keeps dagster-postgres's behaviour: it is read by the daemon's ticks, not
+per partition.
 """
 
 from __future__ import annotations
@@ -20,8 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
 from dagster._serdes import ConfigurableClassData
-from dagster_postgres import DagsterPostgresStorage, PostgresEventLogStorage
+from dagster_postgres import (
+    DagsterPostgresStorage,
+    PostgresEventLogStorage,
+    PostgresRunStorage,
+    PostgresScheduleStorage,
+)
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
+from sqlalchemy.engine import Engine
 
 if TYPE_CHECKING:
     from dagster._config.config_schema import UserConfigSchema
@@ -43,6 +53,43 @@ def _arguments_from_config(config_value: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def pooled_engine(postgres_url: str, token_provider: PgTokenProvider | None) -> Engine:
+    """The engine dagster-postgres builds for a storage, holding a connection instead of none."""
+    return create_pg_engine(
+        postgres_url,
+        token_provider,
+        isolation_level="AUTOCOMMIT",
+        pool_size=POOLED_CONNECTIONS,
+        max_overflow=OVERFLOW_CONNECTIONS,
+        pool_recycle=RECYCLE_SECONDS,
+        pool_pre_ping=True,
+    )
+
+
+class PooledPostgresRunStorage(PostgresRunStorage):
+    """``PostgresRunStorage`` whose engine keeps a connection open instead of none."""
+
+    def __init__(
+        self,
+        postgres_url: str,
+        should_autocreate_tables: bool = True,
+        inst_data: ConfigurableClassData | None = None,
+        token_provider: PgTokenProvider | None = None,
+    ):
+        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+        self._engine = pooled_engine(postgres_url, token_provider)
+
+    @classmethod
+    def from_config_value(
+        cls, inst_data: ConfigurableClassData | None, config_value: Any
+    ) -> PooledPostgresRunStorage:
+        return cls(inst_data=inst_data, **_arguments_from_config(config_value))
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._engine.dispose()
+
+
 class PooledPostgresEventLogStorage(PostgresEventLogStorage):
     """``PostgresEventLogStorage`` whose engine keeps a connection open instead of none."""
 
@@ -55,16 +102,7 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
     ):
         super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
         self._present_tables: set[str] = set()
-        # The same engine dagster-postgres builds, pooled (its optimize_for_webserver swaps it likewise).
-        self._engine = create_pg_engine(
-            postgres_url,
-            token_provider,
-            isolation_level="AUTOCOMMIT",
-            pool_size=POOLED_CONNECTIONS,
-            max_overflow=OVERFLOW_CONNECTIONS,
-            pool_recycle=RECYCLE_SECONDS,
-            pool_pre_ping=True,
-        )
+        self._engine = pooled_engine(postgres_url, token_provider)
 
     @classmethod
     def from_config_value(
@@ -87,7 +125,7 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
 
 
 class PooledPostgresStorage(DagsterPostgresStorage):
-    """dagster-postgres storage (runs, schedules, events) with the event log pooled."""
+    """dagster-postgres storage (runs, schedules, events) with the run storage and event log pooled."""
 
     def __init__(
         self,
@@ -96,10 +134,21 @@ class PooledPostgresStorage(DagsterPostgresStorage):
         inst_data: ConfigurableClassData | None = None,
         token_provider: PgTokenProvider | None = None,
     ):
-        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+        # dagster-postgres's own __init__ with the pooled storages in place of its two: building both and
+        # replacing them would check every table twice per instance (and once more per run worker).
+        self.postgres_url = postgres_url
+        self.should_autocreate_tables = should_autocreate_tables
+        self._inst_data = inst_data
+        self._run_storage = PooledPostgresRunStorage(
+            postgres_url, should_autocreate_tables, token_provider=token_provider
+        )
         self._event_log_storage = PooledPostgresEventLogStorage(
             postgres_url, should_autocreate_tables, token_provider=token_provider
         )
+        self._schedule_storage = PostgresScheduleStorage(
+            postgres_url, should_autocreate_tables, token_provider=token_provider
+        )
+        super(DagsterPostgresStorage, self).__init__()
 
     @classmethod
     def config_type(cls) -> UserConfigSchema:
@@ -110,15 +159,6 @@ class PooledPostgresStorage(DagsterPostgresStorage):
         cls, inst_data: ConfigurableClassData | None, config_value: PostgresStorageConfig
     ) -> PooledPostgresStorage:
         return cls(inst_data=inst_data, **_arguments_from_config(config_value))
-
-    @property
-    def event_storage_data(self) -> ConfigurableClassData | None:
-        # What a run worker rebuilds its event log from: the pooled one too.
-        if self.inst_data is None:
-            return None
-        return ConfigurableClassData(
-            __name__, PooledPostgresEventLogStorage.__name__, self.inst_data.config_yaml
-        )
 
 
 def storage_config(postgres_url: str) -> dict[str, Any]:

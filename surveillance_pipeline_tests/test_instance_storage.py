@@ -1,4 +1,4 @@
-"""The project's Dagster storage: dagster-postgres, with its event log written through a pooled connection."""
+"""The project's Dagster storage: dagster-postgres, its event log and run storage on pooled connections."""
 
 from urllib.parse import urlsplit
 
@@ -8,7 +8,11 @@ import pytest
 from sqlalchemy import event
 
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.instance_storage import PooledPostgresEventLogStorage, PooledPostgresStorage
+from surveillance_pipeline.instance_storage import (
+    PooledPostgresEventLogStorage,
+    PooledPostgresRunStorage,
+    PooledPostgresStorage,
+)
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
 from surveillance_pipeline_tests.dagster_dev import project_dagster_home
@@ -36,7 +40,7 @@ def _materialize_every_species(instance: dg.DagsterInstance) -> None:
     assert result.success
 
 
-def _connections_opened(storage: PooledPostgresEventLogStorage) -> list[int]:
+def _connections_opened(storage: PooledPostgresEventLogStorage | PooledPostgresRunStorage) -> list[int]:
     opened: list[int] = []
     event.listen(storage._engine, "connect", lambda *_: opened.append(1))
     return opened
@@ -50,18 +54,25 @@ def test_the_project_instance_and_its_run_workers_use_the_pooled_event_log(
     with dg.DagsterInstance.get() as instance:
         assert isinstance(instance.get_ref().storage, PooledPostgresStorage)
         assert isinstance(instance.event_log_storage, PooledPostgresEventLogStorage)
+        assert isinstance(instance.run_storage, PooledPostgresRunStorage)
         # A run worker rebuilds its instance from this ref: it pools too.
         with dg.DagsterInstance.from_ref(instance.get_ref()) as rebuilt:
             assert isinstance(rebuilt.event_log_storage, PooledPostgresEventLogStorage)
+            assert isinstance(rebuilt.run_storage, PooledPostgresRunStorage)
 
 
-def test_a_run_over_71_partitions_stores_its_events_on_one_connection(postgres_instance):
+def test_a_run_over_71_partitions_stores_its_events_and_run_on_one_connection_each(postgres_instance):
     storage = postgres_instance.event_log_storage
     assert isinstance(storage, PooledPostgresEventLogStorage)
     opened = _connections_opened(storage)
+    run_storage = postgres_instance.run_storage
+    assert isinstance(run_storage, PooledPostgresRunStorage)
+    opened_for_runs = _connections_opened(run_storage)
     _materialize_every_species(postgres_instance)
-    # dagster-postgres alone opens a connection per call: three or four for each of the 71 events.
+    # dagster-postgres alone opens a connection per call: three or four for each of the 71 events, and
+    # one for each question the run storage is asked.
     assert len(opened) <= 1
+    assert len(opened_for_runs) <= 1
     stored = postgres_instance.fetch_materializations(every_species.key, limit=1000).records
     assert sorted(r.partition_key for r in stored) == sorted(partition_keys())
     assert {r.asset_materialization.tags["dagster/data_version"] for r in stored} == {
