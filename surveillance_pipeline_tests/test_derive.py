@@ -5,10 +5,11 @@ import json
 import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.gbif.ingest import ingest_species
 from surveillance_pipeline.gbif.lab import LabGbifClient
 from surveillance_pipeline.gbif.registry import species_by_slug
-from surveillance_pipeline.occurrences import derive
+from surveillance_pipeline.occurrences import derive, raw
 from surveillance_pipeline.occurrences.derive import derive_occurrences, derive_raw_file
 from surveillance_pipeline.occurrences.licenses import normalize_license
 from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot
@@ -81,7 +82,7 @@ def test_derive_is_sorted_stable_and_pure(tmp_path):
 
 
 def test_the_same_raw_bytes_are_derived_once_and_new_bytes_afresh(tmp_path, monkeypatch):
-    monkeypatch.setattr(derive, "_recent_derives", type(derive._recent_derives)())
+    monkeypatch.setattr(derive, "_recent_derives", RecentValues(derive.RECENT_DERIVES_BYTES))
     path = tmp_path / "raw.json"
     ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z")
     first = derive_raw_file(path, DEVIL)
@@ -99,11 +100,34 @@ def test_the_same_raw_bytes_are_derived_once_and_new_bytes_afresh(tmp_path, monk
     assert edited.derived == derive_occurrences(read_raw_snapshot(path), DEVIL, path)
 
     # Bounded: past the cap the oldest derives go.
-    monkeypatch.setattr(derive, "RECENT_DERIVES_BYTES", len(first.derived.data) + 1)
+    monkeypatch.setattr(derive, "_recent_derives", RecentValues(len(first.derived.data) + 1))
+    derive_raw_file(path, DEVIL)
     record["year"] = 1953
     path.write_text(json.dumps(document, sort_keys=True, indent=1) + "\n")
     newest = derive_raw_file(path, DEVIL)
-    assert list(derive._recent_derives.values()) == [newest.derived]
+    assert derive._recent_derives.values() == [newest.derived]
+
+
+def test_the_same_raw_bytes_are_parsed_once_and_new_bytes_afresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(raw, "_recent_snapshots", RecentValues(raw.RECENT_SNAPSHOTS_BYTES))
+    path = tmp_path / "raw.json"
+    ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z")
+    first = read_raw_snapshot(path)
+    assert read_raw_snapshot(path) is first, "the same bytes are not parsed twice"
+    # Another file with the same bytes is the same snapshot; errors still name the file read.
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(path.read_bytes())
+    assert read_raw_snapshot(copy) is first
+
+    document = json.loads(path.read_text())
+    document["retrieved"] = "2026-11-02T00:00:00Z"
+    path.write_text(json.dumps(document, sort_keys=True, indent=1) + "\n")
+    edited = read_raw_snapshot(path)
+    assert edited.retrieved == "2026-11-02T00:00:00Z" and first.retrieved == "2026-11-01T00:00:00Z"
+
+    path.write_text(path.read_text()[:-40])
+    with pytest.raises(InputError, match=r"raw\.json.*malformed JSON"):
+        read_raw_snapshot(path)
 
 
 def test_derive_refuses_a_snapshot_fetched_with_another_request(tmp_path):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 from surveillance_pipeline.occurrences.licenses import normalize_license
 from surveillance_pipeline.occurrences.raw import RawSnapshot, parse_raw_snapshot, read_raw_bytes
@@ -51,9 +51,8 @@ class RawDerive:
 # Derive is pure: the same raw bytes, species and code give the same CSV. gbif_derived derives every
 # partition and occurrences then checks the derived file against a fresh derive; in one process (one
 # `make run`, one backfill run) the second derive of the same bytes would redo the first one exactly. So
-# the results are kept here, keyed by the raw bytes' sha256, the species and DERIVE_VERSION. It is not a
-# cache that outlives its inputs: it lives as long as the process (and so its code), and is bounded.
-_recent_derives: OrderedDict[tuple[str, Species, int], DerivedFile] = OrderedDict()
+# the results are kept, keyed by the raw bytes' sha256, the species and DERIVE_VERSION.
+_recent_derives: RecentValues[tuple[str, Species, int], DerivedFile] = RecentValues(RECENT_DERIVES_BYTES)
 
 
 def derive_raw_file(raw_path: Path, species: Species) -> RawDerive:
@@ -63,12 +62,8 @@ def derive_raw_file(raw_path: Path, species: Species) -> RawDerive:
     key = (raw_sha256, species, DERIVE_VERSION)
     derived = _recent_derives.get(key)
     if derived is None:
-        derived = derive_occurrences(parse_raw_snapshot(raw_path, raw), species, raw_path)
-        _recent_derives[key] = derived
-        while sum(len(kept.data) for kept in _recent_derives.values()) > RECENT_DERIVES_BYTES:
-            _recent_derives.popitem(last=False)
-    else:
-        _recent_derives.move_to_end(key)
+        derived = derive_occurrences(parse_raw_snapshot(raw_path, raw, raw_sha256), species, raw_path)
+        _recent_derives.put(key, derived, len(derived.data))
     return RawDerive(raw_sha256, derived)
 
 

@@ -15,8 +15,10 @@ from typing import Any
 from surveillance_pipeline.core.errors import InputError, decode_utf8
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.core.recent import RecentValues
 
 RAW_FORMAT = 1
+RECENT_SNAPSHOTS_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,24 @@ def read_raw_snapshot(path: Path) -> RawSnapshot:
     return parse_raw_snapshot(path, read_raw_bytes(path))
 
 
-def parse_raw_snapshot(path: Path, data: bytes) -> RawSnapshot:
-    """A raw snapshot from the bytes read from ``path`` (named in errors)."""
+# Parsing is most of what a run that changes nothing does with a raw snapshot, and three steps parse the
+# same bytes: ingest reads the stored snapshot to compare, derive and geocoded_localities read it as input.
+# So a process keeps its recent parses, keyed by the bytes' sha256 and bounded by the files' size (the
+# parsed records take about three times that). A snapshot is shared: no caller changes one.
+_recent_snapshots: RecentValues[str, RawSnapshot] = RecentValues(RECENT_SNAPSHOTS_BYTES)
+
+
+def parse_raw_snapshot(path: Path, data: bytes, data_sha256: str | None = None) -> RawSnapshot:
+    """A raw snapshot from the bytes read from ``path`` (named in errors); ``data_sha256`` if known."""
+    key = data_sha256 or sha256_hex(data)
+    snapshot = _recent_snapshots.get(key)
+    if snapshot is None:
+        snapshot = _parse_raw_snapshot(path, data)
+        _recent_snapshots.put(key, snapshot, len(data))
+    return snapshot
+
+
+def _parse_raw_snapshot(path: Path, data: bytes) -> RawSnapshot:
     try:
         document = json.loads(decode_utf8(path, data))
     except json.JSONDecodeError as error:
