@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-import pyarrow as pa
 
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.partition_files import recover_partition_folder
@@ -30,7 +29,7 @@ EXPORT_VERSION = 1
 ORDER = "ORDER BY id"
 SAMPLE_COLUMNS = ("id", "species", "pick", "year", "longitude", "latitude", "license")
 DEVIL_COLUMNS = ("id", "year", "license", "pick")
-DEVIL_TYPES = (pa.int64(), pa.int32(), pa.string(), pa.int32())
+DEVIL_TYPES = ("int64", "int32", "string", "int32")
 
 
 @dataclass(frozen=True)

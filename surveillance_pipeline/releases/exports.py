@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from shapely.geometry import Point
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
@@ -65,10 +63,14 @@ def geoparquet_export(name: str, columns: Sequence[str], rows: Sequence[Sequence
 
 
 def parquet_export(
-    name: str, columns: Sequence[str], types: Sequence[pa.DataType], rows: Sequence[Sequence[Any]]
-):
-    """Plain Parquet for tables without geometry, with explicit column types."""
-    schema = pa.schema([pa.field(c, t) for c, t in zip(columns, types, strict=True)])
+    name: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> ExportFile:
+    """Plain Parquet for tables without geometry, with explicit column types (Arrow's names: ``int64``)."""
+    # Imported here, as geopandas is: a run that exports nothing need not load Arrow.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([pa.field(c, pa.type_for_alias(t)) for c, t in zip(columns, types, strict=True)])
     table = pa.Table.from_pylist([dict(zip(columns, row, strict=True)) for row in rows], schema=schema)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression=PARQUET_COMPRESSION)
