@@ -36,7 +36,8 @@ DATA_VERSION_TAG = "dagster/data_version"
 # What an asset that reports per partition yields.
 PartitionEvents = Iterator[dg.MaterializeResult | DagsterEvent]
 # A batch of events is closed (written) once it has been open this long, so a long step's partitions show up
-# in the UI as it goes; a no-change run over the lab closes one batch per step.
+# in the UI as it goes, and a killed run loses at most this much of them (their rows stay committed, and the
+# next run reports those partitions as skipped).
 BATCH_SECONDS = 2.0
 
 
@@ -104,22 +105,33 @@ def report_partitions(
     lineage = _upstream_lineage(context, upstream, keys) if upstream is not None else {}
     code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
     batches = _EventBatches(context.op_execution_context.get_step_execution_context())
-    # Each event is logged once the next partition is done, so that the last one logged, which closes
-    # its batch, is known. A partition that raises still gets the ones before it written: their rows are
-    # committed, and Dagster writes a batch only when it is closed.
+    # A partition's event is logged once the next partition is done (or at once when its batch has been
+    # open BATCH_SECONDS), so that the event that closes a batch is always known: a partition that raises
+    # still gets every partition before it written, since their rows are committed and Dagster writes a
+    # batch only when it is closed. An event is taken out of ``pending`` before it is logged, so none is
+    # logged twice whatever raises where.
     pending: dg.AssetMaterialization | None = None
     try:
         for key in keys:
             report = compute(key)
-            if pending is not None:
-                yield batches.log(pending, last=False)
-            pending = _materialization(context.asset_key, key, report, code_version, upstream, lineage)
+            current = _materialization(context.asset_key, key, report, code_version, upstream, lineage)
+            previous, pending = pending, current
+            if previous is not None:
+                yield batches.log(previous, last=False)
+            if batches.overdue():
+                pending = None
+                yield batches.log(current, last=True)
     except GeneratorExit:
+        # Closed by Dagster (an interrupt between steps of the iteration): no yield is allowed, but
+        # building the event still writes it.
+        if pending is not None:
+            batches.log(pending, last=True)
         raise
     except BaseException:
         # Also an interrupted run (DagsterExecutionInterruptedError is a BaseException).
         if pending is not None:
-            yield batches.log(pending, last=True)
+            closing, pending = pending, None
+            yield batches.log(closing, last=True)
         raise
     if pending is not None:
         yield batches.log(pending, last=True)
@@ -148,22 +160,28 @@ def _materialization(
 
 
 class _EventBatches:
-    """Logs a step's materializations with batch metadata; a batch closes on its last event or after
-    ``BATCH_SECONDS``. Batch ids name the run, step and a counter: they only key Dagster's buffer."""
+    """Logs a step's materializations with batch metadata, closing a batch where told to.
+
+    Batch ids name the run, step, attempt and a counter: they only key Dagster's buffer, and a retried
+    step in the same process must not add to a batch its failed attempt left open.
+    """
 
     def __init__(self, step: StepExecutionContext):
         self._step = step
         self._count = 0
         self._opened = time.monotonic()
 
+    def overdue(self) -> bool:
+        return time.monotonic() - self._opened >= BATCH_SECONDS
+
     def log(self, materialization: dg.AssetMaterialization, last: bool) -> DagsterEvent:
-        batch_id = f"{self._step.run_id}/{self._step.step.key}/{self._count}"
-        closes = last or time.monotonic() - self._opened >= BATCH_SECONDS
+        step = self._step
+        batch_id = f"{step.run_id}/{step.step.key}/{step.previous_attempt_count}/{self._count}"
         # Building the event logs it (and writes or buffers it); yielding it only passes it on.
         event = DagsterEvent.asset_materialization(
-            self._step, materialization, DagsterEventBatchMetadata(batch_id, closes)
+            step, materialization, DagsterEventBatchMetadata(batch_id, last)
         )
-        if closes:
+        if last:
             self._count += 1
             self._opened = time.monotonic()
         return event

@@ -40,6 +40,19 @@ def fails_midway(context: dg.AssetExecutionContext):
     yield from report_partitions(context, compute, upstream=None)
 
 
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def unreportable_midway(context: dg.AssetExecutionContext):
+    """Partition FAILING_PARTITION computes, but its report cannot be made into an event."""
+
+    def compute(key: str) -> PartitionReport:
+        metadata: dict[str, object] = {"action": "loaded"}
+        if key == FAILING_PARTITION:
+            metadata["not metadata"] = object()
+        return PartitionReport(f"v-{key}", metadata)
+
+    yield from report_partitions(context, compute, upstream=None)
+
+
 def _materialize(asset: dg.AssetsDefinition, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     keys = partition_keys()
     return dg.materialize(
@@ -117,4 +130,16 @@ def test_a_failing_partition_still_gets_the_ones_before_it_reported(
     assert f"PartitionFailed: {FAILING_PARTITION}" in failure.step_failure_data.error.to_string()
     before = partition_keys()[: partition_keys().index(FAILING_PARTITION)]
     assert _data_versions(postgres_instance, fails_midway) == {key: f"v-{key}" for key in before}
+    assert _transactions_and_events(dagster_storage_url, result.run_id) == (1, len(before))
+
+
+def test_a_report_that_cannot_become_an_event_logs_no_partition_twice(
+    postgres_instance, dagster_storage_url, monkeypatch
+):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    result = _materialize(unreportable_midway, postgres_instance)
+    assert not result.success
+    before = partition_keys()[: partition_keys().index(FAILING_PARTITION)]
+    records = postgres_instance.fetch_materializations(unreportable_midway.key, limit=1000).records
+    assert sorted(r.partition_key for r in records) == sorted(before), "each partition before it once"
     assert _transactions_and_events(dagster_storage_url, result.run_id) == (1, len(before))
