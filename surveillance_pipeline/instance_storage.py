@@ -1,4 +1,4 @@
-"""The project's Dagster instance storage: dagster-postgres, with its event log written through a pool.
+"""The project's Dagster instance storage: dagster-postgres, with its event log and run storage pooled.
 
 dagster-postgres gives every storage call a new connection (SQLAlchemy's ``NullPool``), so an idle
 instance holds nothing open. Storing one materialization takes three or four such connections (the event;

@@ -23,6 +23,8 @@ RECENT_SNAPSHOTS_BYTES = 64 * 2**20
 
 @dataclass(frozen=True)
 class RawSnapshot:
+    """One raw file's content. Read-only by convention: a parsed one is shared (``parse_raw_snapshot``)."""
+
     request: dict[str, Any]
     retrieved: str
     source: str
