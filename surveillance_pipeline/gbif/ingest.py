@@ -24,7 +24,7 @@ from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.raw import (
     RawSnapshot,
     normalize_records,
-    read_raw_snapshot,
+    parse_raw_snapshot,
     write_atomically,
 )
 
@@ -85,16 +85,15 @@ def write_raw_snapshot(
     """Normalize and write the snapshot, or keep the stored file when request and records are equal."""
     normalized = normalize_records(records, f"GBIF {source}")
     records, records_sha256 = normalized.records, normalized.sha256
-    previous = _previous_snapshot(raw_path)
+    previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
     if previous is not None and previous.request == request and previous.records == records:
-        data = raw_path.read_bytes()
         return IngestOutcome(
             request,
             source,
             False,
             "nothing changed",
             raw_path,
-            sha256_hex(data),
+            previous_sha256,
             len(records),
             records_sha256,
             previous.retrieved,
@@ -122,11 +121,15 @@ def write_raw_snapshot(
     )
 
 
-def _previous_snapshot(raw_path: Path) -> RawSnapshot | None:
-    """The stored snapshot, or None when there is none or it cannot be read (it is then replaced)."""
-    if not raw_path.exists():
-        return None
+def _previous_snapshot(raw_path: Path) -> tuple[RawSnapshot, str] | None:
+    """The stored snapshot and its file's sha256, from one read of the file; None when there is none or
+    it cannot be read (it is then replaced)."""
     try:
-        return read_raw_snapshot(raw_path)
+        data = raw_path.read_bytes()
+    except FileNotFoundError:
+        return None
+    data_sha256 = sha256_hex(data)
+    try:
+        return parse_raw_snapshot(raw_path, data, data_sha256), data_sha256
     except InputError:
         return None
