@@ -20,7 +20,7 @@ per partition.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
 from dagster._serdes import ConfigurableClassData
@@ -66,8 +66,11 @@ def pooled_engine(postgres_url: str, token_provider: PgTokenProvider | None) -> 
     )
 
 
-class PooledPostgresRunStorage(PostgresRunStorage):
-    """``PostgresRunStorage`` whose engine keeps a connection open instead of none."""
+class _PooledEngine:
+    """What the pooled storages add to dagster-postgres's: the pooled engine, built from the same arguments
+    (also from config) and disposed with the storage. Comes first in the bases, before the storage class."""
+
+    _engine: Engine
 
     def __init__(
         self,
@@ -76,39 +79,28 @@ class PooledPostgresRunStorage(PostgresRunStorage):
         inst_data: ConfigurableClassData | None = None,
         token_provider: PgTokenProvider | None = None,
     ):
-        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)  # type: ignore[call-arg]
         self._engine = pooled_engine(postgres_url, token_provider)
 
     @classmethod
-    def from_config_value(
-        cls, inst_data: ConfigurableClassData | None, config_value: Any
-    ) -> PooledPostgresRunStorage:
+    def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value: Any) -> Self:
         return cls(inst_data=inst_data, **_arguments_from_config(config_value))
 
     def dispose(self) -> None:
-        super().dispose()
+        super().dispose()  # type: ignore[misc]
         self._engine.dispose()
 
 
-class PooledPostgresEventLogStorage(PostgresEventLogStorage):
+class PooledPostgresRunStorage(_PooledEngine, PostgresRunStorage):
+    """``PostgresRunStorage`` whose engine keeps a connection open instead of none."""
+
+
+class PooledPostgresEventLogStorage(_PooledEngine, PostgresEventLogStorage):
     """``PostgresEventLogStorage`` whose engine keeps a connection open instead of none."""
 
-    def __init__(
-        self,
-        postgres_url: str,
-        should_autocreate_tables: bool = True,
-        inst_data: ConfigurableClassData | None = None,
-        token_provider: PgTokenProvider | None = None,
-    ):
-        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
         self._present_tables: set[str] = set()
-        self._engine = pooled_engine(postgres_url, token_provider)
-
-    @classmethod
-    def from_config_value(
-        cls, inst_data: ConfigurableClassData | None, config_value: Any
-    ) -> PooledPostgresEventLogStorage:
-        return cls(inst_data=inst_data, **_arguments_from_config(config_value))
 
     def has_table(self, table_name: str) -> bool:
         """Asked on every asset event, on a second connection; a table once there stays there."""
@@ -118,10 +110,6 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
         if present:
             self._present_tables.add(table_name)
         return present
-
-    def dispose(self) -> None:
-        super().dispose()
-        self._engine.dispose()
 
 
 class PooledPostgresStorage(DagsterPostgresStorage):
