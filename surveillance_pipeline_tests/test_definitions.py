@@ -47,7 +47,6 @@ def test_masked_release_runs_with_the_species_job_and_its_replay_job_is_defined(
     assert run_config_for(["masked_release"])["ops"]["masked_release"]["config"] == {
         "min_m": 100.0,
         "max_m": 1000.0,
-        "crs": "EPSG:3577",
     }
     assert defs.resolve_job_def("replay_masked_release").name == "replay_masked_release"
 

@@ -9,14 +9,20 @@ import random
 import dagster as dg
 import numpy as np
 import pytest
-from pyproj import Transformer
+from pyproj import Geod
 
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.releases.assets import masked_release
 from surveillance_pipeline.releases.exports import MANIFEST
-from surveillance_pipeline.releases.masking import STAGE, MaskingRules, donut_mask, masked_rows
+from surveillance_pipeline.releases.masking import (
+    DISPLACEMENT,
+    STAGE,
+    MaskingRules,
+    donut_mask,
+    masked_rows,
+)
 from surveillance_pipeline.releases.replay import main as replay_main
 from surveillance_pipeline.releases.replay import replay_masked_release
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, materialize, metadata, resources
@@ -46,22 +52,53 @@ def test_seeds_differ_by_stage_and_by_input_and_generators_are_pcg64():
     assert generator.random(3).tolist() == np.random.Generator(np.random.PCG64(12345)).random(3).tolist()
 
 
-def test_every_point_moves_between_min_and_max_metres_in_the_metric_crs():
-    rules = MaskingRules(min_m=100, max_m=1000, crs="EPSG:3577")
-    lon = np.array([147.3, 146.8, 145.5, np.nan, 148.1])
-    lat = np.array([-42.9, -41.4, -42.1, np.nan, -40.9])
+# EPSG:3577 held the donut only near Australia: in Texas points moved 95 m to 1,749 m. Geodesic distance is
+# the yardstick here, so the test holds the masking to the distance a reader of the release would measure.
+REGIONS = {
+    "tasmania": (147.0, -42.0),
+    "texas": (-97.0, 31.0),
+    "equator": (-60.0, 0.2),
+    "high_latitude": (25.0, 70.0),
+    "antimeridian": (179.9995, -17.8),
+}
+WGS84 = Geod(ellps="WGS84")
+# 6-decimal rounding of degrees moves a point by at most about 0.08 m.
+ROUNDING_M = 0.2
+
+
+@pytest.mark.parametrize("region", sorted(REGIONS))
+@pytest.mark.parametrize(("min_m", "max_m"), [(100.0, 1000.0), (0.0, 50.0), (2000.0, 5000.0)])
+def test_every_point_moves_between_min_and_max_geodesic_metres_anywhere(region, min_m, max_m):
+    centre_lon, centre_lat = REGIONS[region]
+    scatter = np.random.Generator(np.random.PCG64(1))
+    lon = centre_lon + scatter.uniform(-0.0004, 0.0004, 500)
+    lat = centre_lat + scatter.uniform(-0.5, 0.5, 500)
+    masked_lon, masked_lat = donut_mask(lon, lat, MaskingRules(min_m=min_m, max_m=max_m), seed=7)
+    _, _, distances = WGS84.inv(lon, lat, masked_lon, masked_lat)
+    distances = np.asarray(distances)
+    assert distances.min() >= min_m - ROUNDING_M, (region, distances.min())
+    assert distances.max() <= max_m + ROUNDING_M, (region, distances.max())
+    assert np.isfinite(masked_lon).all() and (np.abs(masked_lon) <= 180).all()
+
+
+def test_the_same_seed_gives_the_same_points_and_missing_coordinates_stay_missing():
+    lon = np.array([147.3, -97.1, np.nan, -60.0, 25.0, 146.8])
+    lat = np.array([-42.9, 31.2, np.nan, 0.1, 70.0, np.nan])
+    rules = MaskingRules()
     masked_lon, masked_lat = donut_mask(lon, lat, rules, seed=7)
-    to_metric = Transformer.from_crs("EPSG:4326", rules.crs, always_xy=True)
-    x0, y0 = to_metric.transform(lon[:3], lat[:3])
-    x1, y1 = to_metric.transform(masked_lon[:3], masked_lat[:3])
-    distances = np.hypot(np.asarray(x1) - x0, np.asarray(y1) - y0)
-    # 6-decimal rounding of degrees moves a point by at most about 0.1 m.
-    assert ((distances > 100 - 0.2) & (distances < 1000 + 0.2)).all(), distances
-    assert np.isnan(masked_lon[3]) and np.isnan(masked_lat[3])
-    again = donut_mask(lon, lat, rules, seed=7)
+    assert np.isnan(masked_lon[[2, 5]]).all() and np.isnan(masked_lat[[2, 5]]).all()
+    assert np.isfinite(masked_lon[[0, 1, 3, 4]]).all()
+    again = donut_mask(lon.copy(), lat.copy(), rules, seed=7)
     assert np.array_equal(again[0], masked_lon, equal_nan=True)
+    assert np.array_equal(again[1], masked_lat, equal_nan=True)
+    assert np.array_equal(lon, [147.3, -97.1, np.nan, -60.0, 25.0, 146.8], equal_nan=True), "input untouched"
     other = donut_mask(lon, lat, rules, seed=8)
     assert not np.array_equal(other[0], masked_lon, equal_nan=True)
+
+
+def test_no_projection_enters_the_job_key_config():
+    # Distances are geodesic, so a CRS would key releases apart that hold the same points.
+    assert MaskingRules().as_config() == {"min_m": 100.0, "max_m": 1000.0}
 
 
 def test_masked_rows_do_not_depend_on_the_order_rows_arrive_in():
@@ -107,7 +144,9 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
     expected_seed = derived_seed(logical_run_id(DEVIL, occurrences_key), STAGE)
     assert detail["seed"] == expected_seed == int(first["seed"]) == manifest["masking"]["seed"]
     assert detail["manifest_sha256"] == first["manifest_sha256"] == sha256_file(folder / MANIFEST)
-    assert manifest["job_key_parts"]["config"] == {"min_m": 100.0, "max_m": 1000.0, "crs": "EPSG:3577"}
+    # No crs: the donut is geodesic (MASKING_VERSION 2), so no projection shapes the rows.
+    assert manifest["job_key_parts"]["config"] == {"min_m": 100.0, "max_m": 1000.0}
+    assert manifest["masking"]["displacement"] == DISPLACEMENT
 
     # A staging folder a killed run left: deleted at the next start, even by a run that skips.
     stale = folder.with_name(f"{DEVIL}.staging")

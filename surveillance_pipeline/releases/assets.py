@@ -26,7 +26,6 @@ from surveillance_pipeline.releases.build import (
 )
 from surveillance_pipeline.releases.exports import EXPORT_FORMAT, MANIFEST
 from surveillance_pipeline.releases.masking import (
-    DEFAULT_CRS,
     DEFAULT_MAX_M,
     DEFAULT_MIN_M,
     MASKING_VERSION,
@@ -177,11 +176,10 @@ def derived_dataset_registration(
 
 
 class MaskedReleaseConfig(dg.Config):
-    """The donut each point is moved within, in metres of ``crs`` (a metric CRS): enters the job key."""
+    """The donut each point is moved within, in geodesic metres (WGS84): enters the job key."""
 
     min_m: float = DEFAULT_MIN_M
     max_m: float = DEFAULT_MAX_M
-    crs: str = DEFAULT_CRS
 
 
 @dg.asset(
@@ -199,7 +197,7 @@ class MaskedReleaseConfig(dg.Config):
 def masked_release(
     context: dg.AssetExecutionContext, config: MaskedReleaseConfig, warehouse: Warehouse, paths: DataPaths
 ) -> PartitionEvents:
-    rules = MaskingRules(min_m=config.min_m, max_m=config.max_m, crs=config.crs)
+    rules = MaskingRules(min_m=config.min_m, max_m=config.max_m)
     with warehouse.connect() as conn:
 
         def release_partition(slug: str) -> PartitionReport:

@@ -1,9 +1,10 @@
 """masked_release: donut geomasking of one species' occurrence points for public release (Dagster-free).
 
-Each point moves a random distance between ``min_m`` and ``max_m`` metres in a random direction, measured
-in a metric CRS (default EPSG:3577, Australian Albers, which covers Tasmania), so no released point sits
-closer than ``min_m`` to the true one. The radius is drawn uniformly over the donut's area (not over
-distance), so masked points do not crowd the inner ring.
+Each point moves a random distance between ``min_m`` and ``max_m`` metres in a random direction, along the
+geodesic on the WGS84 ellipsoid, so no released point sits closer than ``min_m`` (or farther than ``max_m``)
+to the true one wherever on Earth it lies; a fixed projection would hold those distances only in its own
+region. The radius is drawn uniformly over the donut's area (not over distance), so masked points do not
+crowd the inner ring.
 
 The randomness is a derived seed (core.seeds) of the partition and the upstream occurrences job key, drawn
 in id order: the same input gives the same release, byte for byte, and ``replay`` can prove it.
@@ -14,13 +15,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
-from pyproj import Transformer
+from pyproj import Geod
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import recover_partition_folder
@@ -40,34 +40,30 @@ from surveillance_pipeline.releases.exports import (
 PACKAGE = "surveillance_pipeline.releases"
 STAGE = "masked_release"
 # Bump when the same input, config and seed would give other masked points (the draw or its order).
-MASKING_VERSION = 1
+# 2: displaced along the WGS84 geodesic instead of in EPSG:3577 metres.
+MASKING_VERSION = 2
 ORDER = "ORDER BY id"
 COLUMNS = ("id", "species", "year", "longitude", "latitude", "license")
 # Released coordinates keep 6 decimals (about 0.1 m), the precision the CSV writes, in both files.
 COORDINATE_DECIMALS = 6
 DEFAULT_MIN_M = 100.0
 DEFAULT_MAX_M = 1000.0
-DEFAULT_CRS = "EPSG:3577"
+# Written into the manifest: the config no longer says how the metres were measured.
+DISPLACEMENT = "geodesic on the WGS84 ellipsoid"
+_GEOD = Geod(ellps="WGS84")
 
 
 @dataclass(frozen=True)
 class MaskingRules:
-    """The donut and the CRS it is measured in: the config part of masked_release's job key."""
+    """The donut, in geodesic metres: the config part of masked_release's job key."""
 
     min_m: float = DEFAULT_MIN_M
     max_m: float = DEFAULT_MAX_M
-    crs: str = DEFAULT_CRS
 
     def as_config(self) -> dict[str, Any]:
         if not 0 <= self.min_m < self.max_m:
             raise ValueError(f"masked_release: need 0 <= min_m < max_m, got {self.min_m} and {self.max_m}")
-        return {"min_m": float(self.min_m), "max_m": float(self.max_m), "crs": self.crs}
-
-
-@cache
-def _transformer(source: str, target: str) -> Transformer:
-    """One transformer per CRS pair per process: building one costs more than masking a species."""
-    return Transformer.from_crs(source, target, always_xy=True)
+        return {"min_m": float(self.min_m), "max_m": float(self.max_m)}
 
 
 def donut_mask(
@@ -75,19 +71,19 @@ def donut_mask(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Move every point by a draw from the donut; NaN (no coordinates) stays NaN.
 
-    One radius and one angle are drawn for every row, with or without coordinates, in the given order, so
+    One radius and one azimuth are drawn for every row, with or without coordinates, in the given order, so
     a row's draw depends only on its position in id order.
     """
     rules.as_config()
     generator = stage_generator(seed)
     count = len(longitudes)
     area_share = generator.random(count)
-    angle = generator.random(count) * 2 * math.pi
+    azimuth = generator.random(count) * 360.0
     radius = np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
-    x, y = _transformer("EPSG:4326", rules.crs).transform(longitudes, latitudes)
-    to_degrees = _transformer(rules.crs, "EPSG:4326")
-    masked_lon, masked_lat = to_degrees.transform(x + radius * np.cos(angle), y + radius * np.sin(angle))
-    # PROJ's inverse turns NaN into a pole; a record without coordinates must stay without them.
+    longitudes = np.asarray(longitudes, dtype=float)
+    latitudes = np.asarray(latitudes, dtype=float)
+    masked_lon, masked_lat, _ = _GEOD.fwd(longitudes, latitudes, azimuth, radius)
+    # A record without coordinates must stay without them, whatever the geodesic code makes of NaN.
     missing = np.isnan(longitudes) | np.isnan(latitudes)
     return (
         np.where(missing, np.nan, np.round(np.asarray(masked_lon, dtype=float), COORDINATE_DECIMALS)),
@@ -175,7 +171,9 @@ def build_masked_release(
         csv_export(f"{slug}.csv", COLUMNS, released),
         geoparquet_export(f"{slug}.parquet", COLUMNS, released),
     ]
-    extra = {"masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed}}
+    extra = {
+        "masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed, "displacement": DISPLACEMENT}
+    }
     manifest = publish_export(folder, files, parts, ORDER, extra)
     return MaskedRelease(parts, logical, seed, len(released), sha256_hex(manifest), True)
 
