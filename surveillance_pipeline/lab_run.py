@@ -3,7 +3,8 @@
 One run per partitioning, each over all its partitions (not one process per partition): the 71 species,
 the days that have a batch file, then the unpartitioned assets. All run against the project's Dagster
 instance, so they show in the UI. The summary comes from the provenance rows the runs wrote. The lab's
-inputs (delivery A of the devil, three weeks of batches) are written first when none are there.
+inputs (delivery A of the devil, three weeks of batches) are written first when none are there. When a
+step fails, its own error is the last line printed: that is the line a user reads.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
@@ -27,6 +30,9 @@ from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
+
+if TYPE_CHECKING:
+    from dagster._utils.error import SerializableErrorInfo
 
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 LAB_DELIVERY_A_DATE = "2026-11-02"
@@ -43,6 +49,8 @@ ASSET_ORDER = (
     "occurrence_sample_summary",
     "devil_snapshot",
 )
+# Errors whose text was written for the user (it names the file, line and field): shown without a class.
+USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__})
 
 
 def prepare_lab_inputs(root: Path) -> None:
@@ -110,9 +118,16 @@ def step_seconds(instance: dg.DagsterInstance, run_ids: list[str]) -> dict[str, 
 def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] | None = None) -> list[str]:
     """One line per asset: partitions loaded and skipped, rows, step time, and the reasons given."""
     with psycopg.connect(database_url) as conn:
-        rows = conn.execute(
-            "SELECT asset, action, reason, rows FROM provenance WHERE run_id = ANY(%s)", [run_ids]
-        ).fetchall()
+        # The table is created by the first step that records a partition; when that step failed on an
+        # empty warehouse there is nothing to summarize, and the step's error is what the user must see.
+        exists = conn.execute("SELECT to_regclass('provenance') IS NOT NULL").fetchone()
+        rows = (
+            conn.execute(
+                "SELECT asset, action, reason, rows FROM provenance WHERE run_id = ANY(%s)", [run_ids]
+            ).fetchall()
+            if exists and exists[0]
+            else []
+        )
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     row_totals: Counter[str] = Counter()
@@ -133,12 +148,58 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
     return lines
 
 
-def _failures(result: dg.ExecuteInProcessResult) -> list[str]:
-    return [
-        f"{event.step_key} failed: {event.step_failure_data.error.message.strip()}"
-        for event in result.all_events
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error
-    ]
+def _raised_by_the_step(error: SerializableErrorInfo) -> SerializableErrorInfo:
+    """The exception the step's own code raised, out of the Dagster errors that wrap it.
+
+    Stops at the first error that is not Dagster's: the one the code chose to raise, whose message was
+    written for the user, not whatever lower-level error it was raised while handling.
+    """
+    while (error.cls_name or "").startswith("Dagster"):
+        inner = error.cause or error.context
+        if inner is None:
+            break
+        error = inner
+    return error
+
+
+def _one_line(error: SerializableErrorInfo) -> str:
+    """The exception's own message on one line (it must stay the last line printed); prefixed with its
+    class unless the message was written for the user, since a bare KeyError's text is just the key."""
+    message = " ".join(line.strip() for line in error.message.splitlines() if line.strip())
+    # Python's "module.Class: text", or just "module.Class" when the text is empty.
+    qualified_class, _, own = message.partition(": ")
+    cls_name = error.cls_name or ""
+    if not cls_name or qualified_class.rsplit(".", 1)[-1] != cls_name:
+        return message
+    if cls_name in USER_FACING_ERRORS and own:
+        return own
+    return f"{cls_name}: {own}" if own else cls_name
+
+
+def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
+    """One line per failed step of the runs, naming the step and the error its code raised; for a run
+    that failed outside its steps (its executor, say), the run's own error."""
+    lines = []
+    for run_id in run_ids:
+        step_failures = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
+        for record in step_failures:
+            entry = record.event_log_entry
+            data = entry.dagster_event.step_failure_data if entry.dagster_event else None
+            text = _one_line(_raised_by_the_step(data.error)) if data and data.error else entry.message
+            lines.append(f"{entry.step_key} failed: {text}")
+        if step_failures:
+            continue
+        run = instance.get_run_by_id(run_id)
+        for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records:
+            entry = record.event_log_entry
+            error = (
+                getattr(entry.dagster_event.event_specific_data, "error", None)
+                if entry.dagster_event
+                else None
+            )
+            text = _one_line(_raised_by_the_step(error)) if error else entry.message
+            lines.append(f"{run.job_name if run else run_id[:8]} run failed: {text}")
+    return lines
 
 
 def main() -> int:
@@ -146,18 +207,26 @@ def main() -> int:
     with dg.DagsterInstance.get() as instance:
         results = run_all_partitions(instance)
         elapsed = time.perf_counter() - started
-        seconds = step_seconds(instance, [r.run_id for r in results])
+        run_ids = [r.run_id for r in results]
+        seconds = step_seconds(instance, run_ids)
+        failures = run_failures(instance, [r.run_id for r in results if not r.success])
     succeeded = all(r.success for r in results)
     print(
         f"{len(results)} runs ({', '.join(r.run_id[:8] for r in results)}): "
         f"{'succeeded' if succeeded else 'FAILED'} in {elapsed:.1f} s"
         f" ({len(partition_keys())} species partitions)"
     )
-    for line in summarize(os.environ[DATABASE_URL_VARIABLE], [r.run_id for r in results], seconds):
+    try:
+        summary = summarize(os.environ[DATABASE_URL_VARIABLE], run_ids, seconds)
+    except psycopg.Error as error:
+        # The summary is secondary: losing it must not hide why a step failed.
+        summary, succeeded = [f"no summary: {' '.join(str(error).split())}"], False
+    for line in summary:
         print("  " + line)
-    for result in results:
-        for failure in _failures(result):
-            print("  " + failure, file=sys.stderr)
+    # Both streams often end up in one terminal or log: the summary must be out before the errors.
+    sys.stdout.flush()
+    for failure in failures:
+        print(f"make run: {failure}", file=sys.stderr)
     return 0 if succeeded else 1
 
 
