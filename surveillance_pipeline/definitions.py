@@ -25,6 +25,7 @@ from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import (
     DATABASE_URL_VARIABLE,
     GBIF_BASE_URL_VARIABLE,
+    GBIF_FALLBACK_SOURCE_VARIABLE,
     GBIF_SOURCE_VARIABLE,
     GEOCODER_LEDGER_SALT_VARIABLE,
     GEOCODER_REQUESTS_PER_SECOND_VARIABLE,
@@ -47,6 +48,7 @@ def live_resources() -> dict[str, Any]:
         "gbif": GbifSource(
             source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab"),
             base_url=os.environ.get(GBIF_BASE_URL_VARIABLE, DEFAULT_BASE_URL),
+            fallback=os.environ.get(GBIF_FALLBACK_SOURCE_VARIABLE, "api"),
         ),
         "geocoder": GeocoderSource(
             kind=os.environ.get(GEOCODER_VARIABLE, LAB_GEOCODER),

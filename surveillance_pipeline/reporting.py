@@ -95,13 +95,16 @@ def report_partitions(
     """Run ``compute`` for every partition of the step and report each with its own data version."""
     keys = context.partition_keys
     if len(keys) == 1:
-        report = compute(keys[0])
-        yield dg.MaterializeResult(data_version=dg.DataVersion(report.data_version), metadata=report.metadata)
+        single = compute(keys[0])
+        yield dg.MaterializeResult(data_version=dg.DataVersion(single.data_version), metadata=single.metadata)
         return
 
     deferred = context.run.tags.get(DEFER_ASSET_EVENTS_TAG) == "true"
     if not deferred:
         yield dg.MaterializeResult()
+    # One species that fails (a bad record, a search over its limit) fails its own partition, not the
+    # step: the others still load, and downstream steps leave out the partitions whose upstream failed.
+    compute_isolated = _isolated(context, compute, _failed_upstream_partitions(context))
     lineage = _upstream_lineage(context, upstream, keys) if upstream is not None else {}
     code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
     batches = _EventBatches(context.op_execution_context.get_step_execution_context())
@@ -113,7 +116,9 @@ def report_partitions(
     pending: dg.AssetMaterialization | None = None
     try:
         for key in keys:
-            report = compute(key)
+            report = compute_isolated(key)
+            if report is None:
+                continue
             current = _materialization(context.asset_key, key, report, code_version, upstream, lineage)
             previous, pending = pending, current
             if previous is not None:
@@ -137,6 +142,63 @@ def report_partitions(
         yield batches.log(pending, last=True)
     if deferred:
         yield dg.MaterializeResult()
+
+
+def _isolated(
+    context: dg.AssetExecutionContext, compute: Callable[[str], PartitionReport], failed_upstream: set[str]
+) -> Callable[[str], PartitionReport | None]:
+    """``compute``, but a partition that raises (or whose upstream failed in this run) is reported as
+    failed to materialize and gives None; once every partition of the step has failed, the step fails
+    with the first error (nothing partition-specific went wrong then: a database down, say)."""
+    keys = context.partition_keys
+    errors: list[Exception] = []
+    upstream_failures: list[str] = []
+
+    def compute_one(key: str) -> PartitionReport | None:
+        if key in failed_upstream:
+            _report_failure(context, key, "an upstream partition failed in this run", upstream=True)
+            upstream_failures.append(key)
+        else:
+            try:
+                return compute(key)
+            except Exception as error:
+                context.log.error(f"{context.asset_key.to_user_string()} partition {key} failed: {error}")
+                _report_failure(context, key, str(error), upstream=False)
+                errors.append(error)
+        if len(errors) + len(upstream_failures) == len(keys):
+            if errors:
+                raise errors[0]
+            raise RuntimeError(f"every partition's upstream failed in this run: {', '.join(keys)}")
+        return None
+
+    return compute_one
+
+
+# Partitions that failed in a run, per asset: what downstream steps of the same run leave out. Kept in the
+# process, because the project's executor runs a run's steps in one process, and because the event that
+# would say it in Dagster's log (ASSET_FAILED_TO_MATERIALIZE) is not stored by OSS event storages.
+_failed_partitions: dict[str, dict[dg.AssetKey, set[str]]] = {}
+
+
+def _report_failure(context: dg.AssetExecutionContext, key: str, message: str, upstream: bool) -> None:
+    run_failures = _failed_partitions.setdefault(context.run.run_id, {})
+    run_failures.setdefault(context.asset_key, set()).add(key)
+    if upstream:
+        context.log.error(f"{context.asset_key.to_user_string()} partition {key} not computed: {message}")
+
+
+def _failed_upstream_partitions(context: dg.AssetExecutionContext) -> set[str]:
+    """The partitions of this asset's upstream assets that failed earlier in this run."""
+    run_failures = _failed_partitions.get(context.run.run_id, {})
+    failed: set[str] = set()
+    for upstream in context.assets_def.dependency_keys:
+        failed |= run_failures.get(upstream, set())
+    return failed
+
+
+def failed_partitions(run_id: str) -> dict[dg.AssetKey, set[str]]:
+    """What failed, per asset, in a run this process executed (for make run's summary and the tests)."""
+    return {key: set(keys) for key, keys in _failed_partitions.get(run_id, {}).items()}
 
 
 def _materialization(

@@ -60,6 +60,10 @@ class DataPaths(dg.ConfigurableResource):
         """Where a user drops GBIF download zips (DwC-A or simple CSV)."""
         return Path(self.root) / "downloads"
 
+    def download_index(self) -> Path:
+        """What each download version holds per species (gbif.download_index), built by gbif_raw."""
+        return Path(self.root) / "download_index"
+
     def exports(self, name: str) -> Path:
         return Path(self.root) / "exports" / name
 
@@ -80,22 +84,34 @@ class GbifAccount(dg.ConfigurableResource):
 
 class GbifSource(dg.ConfigurableResource):
     """Where ingest gets records: ``lab`` (the built-in lab data), ``api`` (GBIF's occurrence search) or
-    ``download`` (the GBIF download zips in data/downloads/, for queries beyond search's 100,000 records)."""
+    ``download`` (the GBIF download zips in data/downloads/, for queries beyond search's 100,000 records).
+
+    With ``download``, a species that no download holds is searched through ``fallback`` (``api`` by
+    default, ``lab`` offline): big species come from downloads, small ones from search, and no species is
+    ever emptied because its records are not in a download.
+    """
 
     source: str = LAB_SOURCE
     base_url: str = DEFAULT_BASE_URL
+    fallback: str = API_SOURCE
 
     def reads_downloads(self) -> bool:
         return self._checked_source() == DOWNLOAD_SOURCE
 
     def client(self) -> GbifClient:
-        """The occurrence-search client (``lab`` or ``api``); downloads are read, not searched."""
+        """The occurrence-search client: ``lab`` or ``api``, or the fallback when downloads are read."""
         source = self._checked_source()
+        if source == DOWNLOAD_SOURCE:
+            source = self.fallback
+            if source not in (LAB_SOURCE, API_SOURCE):
+                raise ValueError(
+                    f"GBIF_FALLBACK_SOURCE={source!r}: expected {LAB_SOURCE!r} or {API_SOURCE!r}"
+                )
         if source == LAB_SOURCE:
             return LabGbifClient()
         if source == API_SOURCE:
             return ApiGbifClient(self.base_url)
-        raise ValueError(f"GBIF_SOURCE={source!r} reads data/downloads/ and has no search client")
+        raise ValueError(f"GBIF_SOURCE={source!r}: no search client")
 
     def _checked_source(self) -> str:
         if self.source not in SOURCES:

@@ -99,7 +99,7 @@ def derived_path(folder: Path) -> Path:
 
 def occurrences_path(conn: psycopg.Connection, folder: Path):
     """occurrences: verify the derived file against a fresh derive, then load (the occurrences asset)."""
-    derived = load.verified_derived_bytes(SPECIES, raw_path(folder), derived_path(folder))
+    derived = load.verified_derived_file(conn, SPECIES, raw_path(folder), derived_path(folder))
     return load.load_occurrences(
         conn, species=SPECIES, derived=derived, rules=load.OccurrenceRules(), run_id="bad-input"
     )

@@ -19,17 +19,18 @@ from dagster._core.definitions.observe import observe
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.gbif.download_index import DownloadIndex, ensure_index, open_downloads
 from surveillance_pipeline.gbif.downloads import (
     DWCA,
     SIMPLE_CSV,
-    downloads_version,
-    read_download,
-    read_downloads,
+    describe_download,
+    read_records,
 )
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
+from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, partition_keys, species_by_slug
 from surveillance_pipeline.occurrences.assets import gbif_downloads
-from surveillance_pipeline.occurrences.derive import derive_occurrences
+from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.licenses import CC_BY, CC_BY_NC, normalize_license
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot
@@ -41,45 +42,58 @@ SIMPLE_ZIP = "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip"
 DEVIL_SPECIES = species_by_slug(DEVIL)
 
 
+def every_record(path: Path) -> list[dict]:
+    """Every record of a download, as occurrence-search records, in file order (small files only)."""
+    return [
+        record_from_fields(r.text.rstrip("\n").split("\t")) for r in read_records(describe_download(path))
+    ]
+
+
+def index_of(path: Path, root: Path, registry) -> DownloadIndex:
+    return ensure_index(describe_download(path), root / "index", list(registry))
+
+
 @pytest.fixture()
 def instance():
     with dg.instance_for_test() as instance:
         yield instance
 
 
-def test_the_shared_dwca_is_read_by_its_meta_xml(shared_data):
-    download = read_download(shared_data / DWCA_ZIP)
+def test_the_shared_dwca_is_read_by_its_meta_xml(shared_data, tmp_path):
+    download = describe_download(shared_data / DWCA_ZIP)
     assert (download.format, download.key, download.doi) == (DWCA, "0000066-140928181241064", None)
     assert download.query == '{"type":"equals","key":"ELEVATION","value":"9500"}'
-    assert download.created() == "2014-09-28T18:12:41Z"  # read off the key: the raw snapshot's time
+    assert download.created == "2014-09-28T18:12:41Z"  # read off the key: the raw snapshot's time
+    index = index_of(shared_data / DWCA_ZIP, tmp_path, [])
     # The figures PROVENANCE.md gives for occurrence.txt.
-    assert download.counts() == {
+    assert index.counts == {
         "above_species_rank": 161,
         "no_coordinates": 325,
         "no_license": 470,
         "records": 470,
         "zero_coordinates": 32,
     }
-    assert download.licenses() == {"none": 470}
-    names = {record.get("scientificName") for record in download.records}
+    assert index.licenses == {"none": 470}
+    records = every_record(shared_data / DWCA_ZIP)
+    names = {record.get("scientificName") for record in records}
     assert "Caloplaca arenaria (Pers.) Müll. Arg." in names
-    assert [r["key"] for r in download.records] == sorted(r["key"] for r in download.records)
-    years = [r["year"] for r in download.records if "year" in r]
+    years = [r["year"] for r in records if "year" in r]
     assert (len(years), min(years), max(years)) == (381, 1853, 1997)
 
 
-def test_the_shared_simple_csv_is_read_and_its_licenses_normalize_like_uris(shared_data):
-    download = read_download(shared_data / SIMPLE_ZIP)
+def test_the_shared_simple_csv_is_read_and_its_licenses_normalize_like_uris(shared_data, tmp_path):
+    download = describe_download(shared_data / SIMPLE_ZIP)
     assert (download.format, download.key, download.query) == (SIMPLE_CSV, "0009886-250127130748423", None)
-    assert download.created() == "2025-01-27T13:07:48Z"
-    assert download.counts() == {
+    assert download.created == "2025-01-27T13:07:48Z"
+    index = index_of(shared_data / SIMPLE_ZIP, tmp_path, [])
+    assert index.counts == {
         "above_species_rank": 0,
         "no_coordinates": 8,
         "no_license": 0,
         "records": 91,
         "zero_coordinates": 0,
     }
-    assert download.licenses() == {CC_BY: 32, CC_BY_NC: 59}
+    assert index.licenses == {CC_BY: 32, CC_BY_NC: 59}
     # A simple CSV says CC_BY_NC_4_0 where a DwC-A or the API says the URI: the same short name.
     assert normalize_license("CC_BY_NC_4_0") == normalize_license(
         "http://creativecommons.org/licenses/by-nc/4.0/legalcode"
@@ -95,6 +109,9 @@ def _delphinium():
         scientific_name="Delphinium fissum",
         vernacular_name="",
         taxon_key=None,
+        # No area: the whole download's records of the taxon, as a search without country would give.
+        country="",
+        state_province="",
     )
 
 
@@ -104,17 +121,20 @@ def test_a_shared_download_lands_in_occurrences_and_a_second_import_is_skipped(
 ):
     ensure_state_tables(db)
     species = _delphinium()
-    downloads = [read_download(shared_data / SIMPLE_ZIP), read_download(shared_data / DWCA_ZIP)]
+    indexes = [index_of(shared_data / name, tmp_path, [species]) for name in (SIMPLE_ZIP, DWCA_ZIP)]
     raw = tmp_path / "raw" / f"{species.slug}.json"
-    first = ingest_species_from_downloads(downloads, species, raw, retrieved="2026-11-29T00:00:00Z")
-    assert (first.written, first.records) == (True, 91)
+    first = ingest_species_from_downloads(indexes, species, raw)
+    assert first is not None and (first.written, first.records) == (True, 91)
     snapshot = read_raw_snapshot(raw)
     assert snapshot.request["endpoint"] == DOWNLOAD_ENDPOINT
     # Only the download that held the species is named: the DwC-A has no Delphinium.
     assert [d["key"] for d in snapshot.request["downloads"]] == ["0009886-250127130748423"]
-    derived = derive_occurrences(snapshot, species, raw)
+    # Same downloads, same bytes: the time is when GBIF made the download, never the clock.
+    assert snapshot.retrieved == "2025-01-27T13:07:48Z"
+    derived_path = tmp_path / "derived.csv"
+    derive_to_file(raw, species, derived_path)
     loaded = load_occurrences(
-        db, species=species, derived=derived.data, rules=OccurrenceRules(), run_id="download-test"
+        db, species=species, derived=derived_path, rules=OccurrenceRules(), run_id="download-test"
     )
     assert (loaded.action, loaded.rows) == ("loaded", 91)
     licenses = db.execute(
@@ -127,32 +147,41 @@ def test_a_shared_download_lands_in_occurrences_and_a_second_import_is_skipped(
     ).fetchone() == (91, 83)
     before = table_md5(db, species.species_id)
 
-    again = ingest_species_from_downloads(downloads, species, raw, retrieved="2026-12-06T00:00:00Z")
+    again = ingest_species_from_downloads(indexes, species, raw)
+    assert again is not None
     assert (again.written, again.reason, again.file_sha256) == (False, "nothing changed", first.file_sha256)
+    derive_to_file(raw, species, derived_path)
     reload = load_occurrences(
-        db,
-        species=species,
-        derived=derive_occurrences(read_raw_snapshot(raw), species, raw).data,
-        rules=OccurrenceRules(),
-        run_id="download-test-2",
+        db, species=species, derived=derived_path, rules=OccurrenceRules(), run_id="download-test-2"
     )
     assert reload.action == "skipped"
     assert table_md5(db, species.species_id) == before
 
 
+def derive_occurrences_from(raw: Path, species):
+    """The derived CSV of a header snapshot, in memory (small test species only)."""
+    target = raw.with_suffix(".csv")
+    streamed = derive_to_file(raw, species, target)
+    return DerivedFile(target.read_bytes(), streamed.rows, streamed.counts)
+
+
 @pytest.mark.db
 def test_dwca_zero_coordinates_and_empty_licenses_keep_the_record_without_geometry(db, shared_data, tmp_path):
     ensure_state_tables(db)
-    download = read_download(shared_data / DWCA_ZIP)
     species = dataclasses.replace(
-        DEVIL_SPECIES, species_id=9002, slug="bombus-rufocinctus", scientific_name="Bombus rufocinctus"
+        DEVIL_SPECIES,
+        species_id=9002,
+        slug="bombus-rufocinctus",
+        scientific_name="Bombus rufocinctus",
+        country="",
+        state_province="",
     )
     raw = tmp_path / "bombus.json"
-    ingest_species_from_downloads([download], species, raw, retrieved="2026-11-29T00:00:00Z")
-    derived = derive_occurrences(read_raw_snapshot(raw), species, raw)
+    ingest_species_from_downloads([index_of(shared_data / DWCA_ZIP, tmp_path, [species])], species, raw)
+    derived = derive_occurrences_from(raw, species)
     zero = sum(
         1
-        for r in download.records
+        for r in every_record(shared_data / DWCA_ZIP)
         if r.get("species") == "Bombus rufocinctus" and "ZERO_COORDINATE" in r.get("issues", ())
     )
     assert (derived.rows, derived.counts["no_license"], derived.counts["zero_coordinates"]) == (27, 27, zero)
@@ -184,6 +213,7 @@ META_XML = """<archive xmlns="http://rs.tdwg.org/dwc/text/" metadata="metadata.x
     <field index="6" term="http://rs.tdwg.org/dwc/terms/year"/>
     <field index="7" term="http://rs.gbif.org/terms/1.0/issue"/>
     <field term="http://rs.tdwg.org/dwc/terms/countryCode" default="AU"/>
+    <field term="http://rs.tdwg.org/dwc/terms/stateProvince" default="Tasmania"/>
   </core>
 </archive>
 """
@@ -215,13 +245,15 @@ def _write_dwca(path: Path, rows: list[str], meta: str = META_XML) -> Path:
 
 
 def test_a_constructed_dwca_is_read_by_term_not_by_position(tmp_path):
-    download = read_download(_write_dwca(tmp_path / "0001234-261129000000000.zip", DEVIL_ROWS))
+    path = _write_dwca(tmp_path / "0001234-261129000000000.zip", DEVIL_ROWS)
+    download = describe_download(path)
     assert (download.key, download.doi) == ("0001234-261129000000000", "10.15468/dl.test01")
     assert download.query == '{"type":"equals","key":"TAXON_KEY","value":"2433"}'
-    first, second, zero, genus = download.records
+    first, second, zero, genus = every_record(path)
     assert first == {
         "key": 5001,
         "countryCode": "AU",
+        "stateProvince": "Tasmania",
         "decimalLatitude": -42.7,
         "decimalLongitude": 147.3,
         "license": "http://creativecommons.org/licenses/by/4.0/legalcode",
@@ -231,7 +263,8 @@ def test_a_constructed_dwca_is_read_by_term_not_by_position(tmp_path):
     }
     assert second["locality"] == "Cradle Mountain–Lake St Clair" and "license" not in second
     assert zero["issues"] == ["ZERO_COORDINATE"]
-    assert download.counts() == {
+    assert "species" not in genus
+    assert index_of(path, tmp_path, [DEVIL_SPECIES]).counts == {
         "above_species_rank": 1,
         "no_coordinates": 0,
         "no_license": 1,
@@ -256,7 +289,7 @@ def test_a_bad_download_row_is_refused_naming_zip_member_line_and_term(tmp_path,
     row, where, field = BAD_ROWS[case]
     path = _write_dwca(tmp_path / "bad.zip", [row])
     with pytest.raises(InputError) as caught:
-        read_download(path)
+        index_of(path, tmp_path, [DEVIL_SPECIES])
     assert caught.value.path == str(path)
     assert caught.value.where == f"occurrence.txt {where}"
     assert caught.value.field == field
@@ -267,15 +300,15 @@ def test_a_zip_that_is_no_gbif_download_is_refused(tmp_path):
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("a.jpg", b"\xff\xd8")
     with pytest.raises(InputError, match="neither a Darwin Core Archive"):
-        read_download(path)
+        describe_download(path)
     path.write_bytes(b"not a zip")
     with pytest.raises(InputError, match="not a readable zip"):
-        read_download(path)
+        describe_download(path)
 
 
 def _download_resources(database_url: str, data_dir: Path) -> dict:
     """The test resources with ingest reading data/downloads/ (GBIF_SOURCE=download)."""
-    return {**resources(database_url, data_dir), "gbif": GbifSource(source="download")}
+    return {**resources(database_url, data_dir), "gbif": GbifSource(source="download", fallback="lab")}
 
 
 @pytest.mark.db
@@ -290,15 +323,20 @@ def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
     assert observed.success
     [event] = observed.get_asset_observation_events()
     observation = event.asset_observation_data.asset_observation
-    version = downloads_version(read_downloads(data_dir / "downloads"))
-    assert observation.tags["dagster/data_version"] == version
-    listing = observation.metadata["downloads"].value
-    assert listing[0]["above_species_rank"] == 1 and listing[0]["zero_coordinates"] == 1
+    folder = open_downloads(data_dir / "downloads", data_dir / "download_index", [], build=False)
+    assert observation.tags["dagster/data_version"] == folder.version
+    # Observing never reads the records: until gbif_raw has indexed the download, its counts are unknown.
+    assert observation.metadata["downloads"].value[0]["indexed"] is False
 
     run = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert metadata(run, "occurrences")["rows"] == 3  # the genus-rank record reaches no species
     request = json.loads((data_dir / "raw" / f"{DEVIL}.json").read_text())["request"]
-    assert request["downloads"][0]["sha256"] == read_download(zip_path).sha256
+    assert request["downloads"][0]["sha256"] == describe_download(zip_path).sha256
+    [indexed] = observe(
+        [gbif_downloads], instance=instance, resources=resources
+    ).get_asset_observation_events()
+    listing = indexed.asset_observation_data.asset_observation.metadata["downloads"].value
+    assert listing[0]["above_species_rank"] == 1 and listing[0]["zero_coordinates"] == 1
     assert db.execute(
         "SELECT array_agg(concat_ws('|', id, year, license, ST_AsText(geom)) ORDER BY id) FROM occurrences"
     ).fetchone()[0] == [
@@ -337,8 +375,8 @@ def test_the_downloads_sensor_runs_once_per_new_download_and_only_for_the_downlo
     assert request.tags["dagster/asset_partition_range_start"] == keys[0]
     assert request.tags["dagster/asset_partition_range_end"] == keys[-1]
     [observation] = first.asset_events
-    assert observation.tags["dagster/data_version"] == downloads_version(
-        read_downloads(data_dir / "downloads")
+    assert observation.tags["dagster/data_version"] == (
+        open_downloads(data_dir / "downloads", data_dir / "download_index", [], build=False).version
     )
     assert tick(first.cursor).run_requests == []
 
@@ -346,10 +384,22 @@ def test_the_downloads_sensor_runs_once_per_new_download_and_only_for_the_downlo
     assert "does not read downloads" in tick(None, searching).skip_message
 
 
-def test_a_species_is_found_by_its_backbone_key_as_derive_checks_it(shared_data):
-    download = read_download(shared_data / DWCA_ZIP)
-    by_key = dataclasses.replace(DEVIL_SPECIES, scientific_name="Bombus rufocinctus", taxon_key=1340347)
-    by_name = dataclasses.replace(by_key, taxon_key=None)
-    expected = [r for r in download.records if by_key.matches(r)]
-    assert expected and download.records_of(by_key) == expected
-    assert download.records_of(by_name) == [r for r in download.records if by_name.matches(r)]
+def test_a_species_is_found_by_its_backbone_key_as_derive_checks_it(shared_data, tmp_path):
+    records = every_record(shared_data / DWCA_ZIP)
+    by_key = dataclasses.replace(
+        DEVIL_SPECIES,
+        slug="bombus-by-key",
+        scientific_name="Bombus rufocinctus",
+        taxon_key=1340347,
+        country="",
+        state_province="",
+    )
+    by_name = dataclasses.replace(by_key, slug="bombus-by-name", taxon_key=None)
+    index = index_of(shared_data / DWCA_ZIP, tmp_path, [by_key, by_name])
+    for species in (by_key, by_name):
+        expected = sorted(r["key"] for r in records if species.matches(r))
+        part = index.part(species.slug)
+        assert expected and part is not None and part.records == len(expected)
+        raw = tmp_path / "raw" / f"{species.slug}.json"
+        ingest_species_from_downloads([index], species, raw)
+        assert [r["key"] for r in read_raw_snapshot(raw).iter_records(raw)] == expected

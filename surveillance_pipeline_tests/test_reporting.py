@@ -119,18 +119,55 @@ def test_a_batch_open_for_batch_seconds_is_closed(postgres_instance, dagster_sto
     assert _transactions_and_events(dagster_storage_url, result.run_id) == (71, 71)
 
 
-def test_a_failing_partition_still_gets_the_ones_before_it_reported(
+def test_a_failing_partition_fails_alone_and_the_others_are_reported(
     postgres_instance, dagster_storage_url, monkeypatch
 ):
     monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
     result = _materialize(fails_midway, postgres_instance)
+    # One species that fails is its own partition's failure: the step, and so its downstream, go on.
+    assert result.success
+    others = [key for key in partition_keys() if key != FAILING_PARTITION]
+    assert _data_versions(postgres_instance, fails_midway) == {key: f"v-{key}" for key in others}
+    assert reporting.failed_partitions(result.run_id) == {fails_midway.key: {FAILING_PARTITION}}
+
+
+@dg.asset(
+    partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run(), deps=[fails_midway]
+)
+def downstream_of_failure(context: dg.AssetExecutionContext):
+    yield from report_partitions(context, lambda key: PartitionReport(f"d-{key}", {}), upstream=None)
+
+
+def test_downstream_leaves_out_the_partitions_whose_upstream_failed(postgres_instance, monkeypatch):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    keys = partition_keys()
+    result = dg.materialize(
+        [fails_midway, downstream_of_failure],
+        instance=postgres_instance,
+        tags=partition_range_tags(keys[0], keys[-1]),
+        raise_on_error=False,
+        run_config=QUIET_CONSOLE,
+    )
+    assert result.success
+    others = {key: f"d-{key}" for key in keys if key != FAILING_PARTITION}
+    assert _data_versions(postgres_instance, downstream_of_failure) == others
+
+
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def fails_everywhere(context: dg.AssetExecutionContext):
+    def compute(key: str) -> PartitionReport:
+        raise PartitionFailed(key)
+
+    yield from report_partitions(context, compute, upstream=None)
+
+
+def test_a_step_whose_every_partition_fails_fails(postgres_instance, monkeypatch):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    result = _materialize(fails_everywhere, postgres_instance)
     assert not result.success
     failure = next(event for event in result.all_events if event.is_step_failure)
     assert failure.step_failure_data is not None and failure.step_failure_data.error is not None
-    assert f"PartitionFailed: {FAILING_PARTITION}" in failure.step_failure_data.error.to_string()
-    before = partition_keys()[: partition_keys().index(FAILING_PARTITION)]
-    assert _data_versions(postgres_instance, fails_midway) == {key: f"v-{key}" for key in before}
-    assert _transactions_and_events(dagster_storage_url, result.run_id) == (1, len(before))
+    assert f"PartitionFailed: {partition_keys()[0]}" in failure.step_failure_data.error.to_string()
 
 
 def test_a_report_that_cannot_become_an_event_logs_no_partition_twice(

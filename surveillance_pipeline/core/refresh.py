@@ -246,3 +246,19 @@ def report_derived_output(
 def last_recorded_key(conn: psycopg.Connection, asset: str, partition_key: str) -> str | None:
     row = conn.execute(load_sql(CORE, "select_last_provenance"), [asset, partition_key]).fetchone()
     return row[0] if row else None
+
+
+@dataclass(frozen=True)
+class RecordedOutput:
+    """The last provenance row of an output: its key, what it recorded as ``detail`` and its rows."""
+
+    job_key: str
+    detail: dict[str, Any]
+    rows: int
+
+
+def last_recorded_output(conn: psycopg.Connection, asset: str, partition_key: str) -> RecordedOutput | None:
+    row = conn.execute(load_sql(CORE, "select_last_provenance_detail"), [asset, partition_key]).fetchone()
+    if row is None:
+        return None
+    return RecordedOutput(row[0], dict(row[1] or {}), int(row[2]))

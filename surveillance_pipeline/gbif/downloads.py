@@ -1,16 +1,19 @@
-"""GBIF downloads: a Darwin Core Archive or a simple-CSV zip, read into records shaped like search results.
+"""GBIF downloads: a Darwin Core Archive or a simple-CSV zip, described cheaply and read as a stream.
 
 A user who needs more than occurrence search serves (100,000 records) requests a download from GBIF and
-drops the zip in ``data/downloads/``. Its records then take the same road as searched ones: a raw snapshot
-per species, the same derive rules, the same ``occurrences`` table. What differs is only how the file is read:
+drops the zip in ``data/downloads/``. Downloads run to tens of gigabytes, so nothing here holds a whole
+member, a whole record set or the columns nobody reads:
 
-- a DwC-A names its core file, delimiter, quote character, encoding, header lines and the term of every
-  column in ``meta.xml``; nothing here assumes a column position;
-- a simple CSV is one tab-separated UTF-8 file with a header of term names and no quoting.
+- ``describe_download`` reads only the zip's directory and its small XML members (meta.xml, metadata.xml):
+  format, key, DOI, query, creation time. It never reads the records.
+- ``read_records`` streams the core file straight out of the zip, line by line, keeps the columns of
+  ``records.RECORD_COLUMNS`` and checks each value, naming the zip, the member, the line and the term of
+  a bad one. A DwC-A is read by its meta.xml (core file, delimiter, quote character, encoding, header
+  lines, the term of every column), so no column position is assumed; a simple CSV is GBIF's
+  tab-separated, unquoted UTF-8 file with a header of term names.
 
-Records become dicts with occurrence search's field names and types (``key``, ``year`` as int, coordinates as
-floats, ``issues`` as a list), so derive cannot tell a download from a search. Bad values are refused here,
-naming the zip, the member file, the line and the term. Dagster-free.
+Which records a species gets, and the one pass that splits a download by species, live in
+``download_index``. Dagster-free.
 """
 
 from __future__ import annotations
@@ -21,170 +24,40 @@ import math
 import re
 import xml.etree.ElementTree as ElementTree  # noqa: S405 - see _parse_xml for why plain expat is safe here
 import zipfile
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
-from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, TAXON_KEY_FIELDS, Species
-from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, ZERO_COORDINATE
+from surveillance_pipeline.gbif.records import (
+    COORDINATE_TERMS,
+    INTEGER_TERMS,
+    MAX_GBIF_ID,
+    TEXT_TERMS,
+    ZERO_COORDINATE,
+    escape,
+)
 from surveillance_pipeline.occurrences.licenses import normalize_license
 
 DOWNLOAD_SOURCE = "download"
 DWCA = "DWCA"
 SIMPLE_CSV = "SIMPLE_CSV"
 OCCURRENCE_ROW_TYPE = "http://rs.tdwg.org/dwc/terms/Occurrence"
-# GBIF download keys: a sequence number and a creation timestamp, so they sort by age.
+# GBIF download keys: a sequence number and a creation timestamp (yyMMddHHmmss plus three digits).
 DOWNLOAD_KEY = re.compile(r"\d{7}-\d{15}")
 # meta.xml and metadata.xml are a few tens of kB; anything far larger is not a GBIF download.
 MAX_XML_BYTES = 4 << 20
-
-# The occurrence-search fields a record keeps, by type. Everything else in a download is left out: derive
-# reads only these, and a smaller raw snapshot is cheaper to hash and compare.
-TEXT_TERMS = (
-    "basisOfRecord",
-    "countryCode",
-    "datasetKey",
-    "eventDate",
-    "license",
-    "locality",
-    "occurrenceStatus",
-    "scientificName",
-    "species",
-    "stateProvince",
-    "taxonRank",
-)
-INTEGER_TERMS = ("year", "taxonKey", "speciesKey", "acceptedTaxonKey")
-COORDINATE_TERMS = (("decimalLatitude", 90.0), ("decimalLongitude", 180.0))
+READ_BLOCK = 4 << 20
+_INTEGER = re.compile(r"-?\d{1,18}")
 
 
 @dataclass(frozen=True)
-class GbifDownload:
-    """One download zip: what GBIF says it is, its sha256, and its records sorted by gbifID."""
-
-    path: Path
-    key: str
-    format: str
-    doi: str | None
-    query: str | None
-    sha256: str
-    records: tuple[dict[str, Any], ...]
-
-    def identity(self) -> dict[str, Any]:
-        """What a raw snapshot records as the request: which download, of what query, which bytes."""
-        return {
-            "doi": self.doi,
-            "format": self.format,
-            "key": self.key,
-            "query": self.query,
-            "sha256": self.sha256,
-        }
-
-    def created(self) -> str | None:
-        """When GBIF created the download, read off its key (``0009886-250127130748423``: 2025-01-27
-        13:07:48 UTC); None for a file whose key is not GBIF's."""
-        match = DOWNLOAD_KEY.fullmatch(self.key)
-        if match is None:
-            return None
-        stamp = self.key.split("-")[1][:12]
-        try:
-            created = datetime.strptime(stamp, "%y%m%d%H%M%S").replace(tzinfo=UTC)
-        except ValueError:
-            return None
-        return created.isoformat().replace("+00:00", "Z")
-
-    def records_of(self, species: Species) -> list[dict[str, Any]]:
-        """The records of one registry species, in key order (through an index built once per download:
-        ingest asks for every species, and a download can hold millions of records)."""
-        if species.taxon_key is not None:
-            found = {
-                r["key"]: r
-                for name in TAXON_KEY_FIELDS
-                for r in self._by_key.get((name, species.taxon_key), ())
-            }
-            return [found[key] for key in sorted(found)]
-        return list(self._by_key.get(("species", species.scientific_name), ()))
-
-    @cached_property
-    def _by_key(self) -> dict[tuple[str, Any], list[dict[str, Any]]]:
-        index: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
-        for record in self.records:
-            for name in (*TAXON_KEY_FIELDS, "species"):
-                if name in record:
-                    index[name, record[name]].append(record)
-        return index
-
-    def counts(self) -> dict[str, int]:
-        """The quirks a user should see before trusting a download (reported when it is observed)."""
-        counts = Counter[str]()
-        for record in self.records:
-            counts["records"] += 1
-            # GBIF fills ``species`` only for records identified to species rank or below.
-            counts["above_species_rank"] += "species" not in record
-            counts["no_license"] += "license" not in record
-            counts["no_coordinates"] += "decimalLatitude" not in record
-            counts["zero_coordinates"] += _is_zero(record)
-        return {name: counts[name] for name in sorted(counts)}
-
-    def licenses(self) -> dict[str, int]:
-        counts = Counter(normalize_license(record.get("license")) or "none" for record in self.records)
-        return dict(sorted(counts.items()))
-
-
-def _is_zero(record: dict[str, Any]) -> bool:
-    at_origin = record.get("decimalLatitude") == 0 and record.get("decimalLongitude") == 0
-    return at_origin or ZERO_COORDINATE in record.get("issues", ())
-
-
-def download_files(folder: Path) -> list[Path]:
-    """The zips in the downloads folder, by name. Anything else there is ignored (a README, say)."""
-    if not folder.is_dir():
-        return []
-    return sorted(path for path in folder.iterdir() if path.suffix == ".zip" and path.is_file())
-
-
-def read_downloads(folder: Path) -> tuple[GbifDownload, ...]:
-    """Every download in the folder, oldest GBIF key first."""
-    downloads = [read_download(path) for path in download_files(folder)]
-    return tuple(sorted(downloads, key=lambda download: download.key))
-
-
-def downloads_version(downloads: Iterable[GbifDownload]) -> str:
-    """One sha256 for the folder's downloads: their names and bytes, by name."""
-    listing = sorted((download.path.name, download.sha256) for download in downloads)
-    return sha256_hex(canonical_json(listing).encode("utf-8"))
-
-
-def read_download(path: Path) -> GbifDownload:
-    """Read a DwC-A or simple-CSV zip; InputError names the zip, member, line and term of a bad value."""
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as error:
-        raise InputError(path, "file", None, f"not a readable zip: {error}") from None
-    with archive:
-        names = archive.namelist()
-        if "meta.xml" in names:
-            return _read_dwca(path, archive)
-        csv_members = [name for name in names if name.endswith(".csv")]
-        if len(csv_members) == 1:
-            return _read_simple_csv(path, archive, csv_members[0])
-        raise InputError(
-            path,
-            "file",
-            None,
-            "neither a Darwin Core Archive (no meta.xml) nor a simple-CSV download (one .csv member); "
-            f"members: {', '.join(names[:5]) or 'none'}",
-        )
-
-
-@dataclass(frozen=True)
-class _TableLayout:
-    """How one delimited file is written, as meta.xml describes it."""
+class TableLayout:
+    """How one delimited file is written, as meta.xml (or GBIF's simple-CSV convention) describes it."""
 
     member: str
     encoding: str
@@ -196,30 +69,101 @@ class _TableLayout:
     defaults: dict[str, str]
 
 
-def _read_simple_csv(path: Path, archive: zipfile.ZipFile, member: str) -> GbifDownload:
-    # GBIF's simple CSV: tab-separated, UTF-8, one header line of term names, no quoting at all.
-    text = _member_text(path, archive, member, "utf-8")
-    header = text.split("\n", 1)[0].rstrip("\r")
-    layout = _TableLayout(
-        member=member,
-        encoding="utf-8",
-        delimiter="\t",
-        quote=None,
-        header_lines=1,
-        columns=dict(enumerate(header.split("\t"))),
-        defaults={},
-    )
-    records = _parse_records(path, text, layout)
-    return GbifDownload(path, _key_from_name(path), SIMPLE_CSV, None, None, sha256_file(path), records)
+@dataclass(frozen=True)
+class DownloadInfo:
+    """What a download is, read from its zip directory and XML members only."""
+
+    path: Path
+    key: str
+    format: str
+    doi: str | None
+    query: str | None
+    # When GBIF created it (ISO 8601, UTC), or None when nothing in the zip says; decides which of two
+    # downloads holding one record is the newer reading of it.
+    created: str | None
+    sha256: str
+    # The simple CSV's header is part of its core file, so its layout is known only once it is opened.
+    layout: TableLayout | None
+
+    def identity(self) -> dict[str, Any]:
+        """What a raw snapshot records as the request: which download, of what query, which bytes."""
+        return {
+            "created": self.created,
+            "doi": self.doi,
+            "format": self.format,
+            "key": self.key,
+            "query": self.query,
+            "sha256": self.sha256,
+        }
+
+    def recency(self) -> tuple[str, str]:
+        """Sorts downloads oldest first: by creation time, then by file name."""
+        return (self.created or "", self.path.name)
 
 
-def _read_dwca(path: Path, archive: zipfile.ZipFile) -> GbifDownload:
-    layout = _core_layout(path, _parse_xml(path, archive, "meta.xml"))
-    key, doi, query = _key_from_name(path), None, None
-    if "metadata.xml" in archive.namelist():
-        key, doi, query = _describe(path, _parse_xml(path, archive, "metadata.xml"), key)
-    records = _parse_records(path, _member_text(path, archive, layout.member, layout.encoding), layout)
-    return GbifDownload(path, key, DWCA, doi, query, sha256_file(path), records)
+@dataclass(frozen=True)
+class FolderListing:
+    """The downloads folder as seen without reading any zip: the zips, and what else lies there."""
+
+    zips: tuple[Path, ...]
+    ignored: tuple[str, ...]
+
+
+def list_downloads(folder: Path) -> FolderListing:
+    """The zips in the downloads folder, by name, and the names of anything else (reported, not read).
+
+    Hidden entries (a dot in front: an editor's or a copier's temporary file) are neither.
+    """
+    if not folder.is_dir():
+        return FolderListing((), ())
+    entries = sorted(path for path in folder.iterdir() if not path.name.startswith("."))
+    zips = tuple(path for path in entries if path.suffix.lower() == ".zip" and path.is_file())
+    return FolderListing(zips, tuple(path.name for path in entries if path not in zips))
+
+
+def downloads_version(files: Iterable[tuple[str, str]]) -> str:
+    """One sha256 for the folder's downloads: their (name, sha256) pairs, by name."""
+    return sha256_hex(canonical_json(sorted(files)).encode("utf-8"))
+
+
+def describe_download(path: Path, sha256: str | None = None) -> DownloadInfo:
+    """Format, key, DOI, query and creation time of a DwC-A or simple-CSV zip, without reading records.
+
+    ``sha256`` is the zip's, when the caller has hashed it already (it is streamed otherwise).
+    """
+    archive = _open_zip(path)
+    with archive:
+        names = archive.namelist()
+        file_sha256 = sha256 or sha256_file(path)
+        if "meta.xml" in names:
+            layout = core_layout(path, _parse_xml(path, archive, "meta.xml"))
+            key, doi, query, created = _key_from_name(path), None, None, None
+            if "metadata.xml" in names:
+                key, doi, query, created = _describe(path, _parse_xml(path, archive, "metadata.xml"), key)
+            return DownloadInfo(
+                path, key, DWCA, doi, query, created or _created_fallback(archive, key), file_sha256, layout
+            )
+        csv_members = [name for name in names if name.endswith(".csv")]
+        if len(csv_members) == 1:
+            key = _key_from_name(path)
+            layout = TableLayout(csv_members[0], "utf-8", "\t", None, 1, {}, {})
+            return DownloadInfo(
+                path, key, SIMPLE_CSV, None, None, _created_fallback(archive, key), file_sha256, layout
+            )
+        raise InputError(
+            path,
+            "file",
+            None,
+            "neither a Darwin Core Archive (no meta.xml) nor a simple-CSV download (one .csv member); "
+            f"members: {', '.join(names[:5]) or 'none'}",
+        )
+
+
+def _open_zip(path: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise InputError(path, "file", None, f"not a readable zip: {error}") from None
 
 
 def _parse_xml(path: Path, archive: zipfile.ZipFile, member: str) -> ElementTree.Element:
@@ -229,7 +173,11 @@ def _parse_xml(path: Path, archive: zipfile.ZipFile, member: str) -> ElementTree
     if info.file_size > MAX_XML_BYTES:
         raise InputError(path, member, None, f"{info.file_size} bytes; a GBIF {member} is far smaller")
     try:
-        return ElementTree.fromstring(archive.read(member))  # noqa: S314
+        data = archive.read(member)
+    except (zipfile.BadZipFile, zlib.error, OSError) as error:
+        raise InputError(path, member, None, f"corrupt zip member: {error}") from None
+    try:
+        return ElementTree.fromstring(data)  # noqa: S314
     except ElementTree.ParseError as error:
         line, column = error.position
         raise InputError(
@@ -247,7 +195,7 @@ def _unescape(value: str) -> str:
     return value.replace("\\t", "\t").replace("\\n", "\n").replace("\\r", "\r")
 
 
-def _core_layout(path: Path, meta: ElementTree.Element) -> _TableLayout:
+def core_layout(path: Path, meta: ElementTree.Element) -> TableLayout:
     core = next((child for child in meta if _local(child.tag) == "core"), None)
     if core is None:
         raise InputError(path, "meta.xml", "core", "no <core> element")
@@ -259,12 +207,10 @@ def _core_layout(path: Path, meta: ElementTree.Element) -> _TableLayout:
         raise InputError(path, "meta.xml", "location", "the core names no file")
     columns: dict[int, str] = {}
     defaults: dict[str, str] = {}
-    for field in (el for el in core if _local(el.tag) in ("field", "id")):
+    for field in (el for el in core if _local(el.tag) == "field"):
+        # The core's <id> column is skipped: GBIF also lists it as the gbifID field, which is what we read.
         index = field.get("index")
         term = field.get("term")
-        if _local(field.tag) == "id":
-            # The core id column; GBIF also lists it as the gbifID field, which is what we read.
-            continue
         if term is None:
             raise InputError(path, "meta.xml", "field", f"a field without a term (index {index})")
         if index is None:
@@ -281,7 +227,7 @@ def _core_layout(path: Path, meta: ElementTree.Element) -> _TableLayout:
     quote = _unescape(core.get("fieldsEnclosedBy", '"')) or None
     if len(delimiter) != 1 or (quote is not None and len(quote) != 1):
         raise InputError(path, "meta.xml", "fieldsTerminatedBy", "delimiter and quote must be one character")
-    return _TableLayout(
+    return TableLayout(
         member=location,
         encoding=core.get("encoding", "UTF-8"),
         delimiter=delimiter,
@@ -292,27 +238,87 @@ def _core_layout(path: Path, meta: ElementTree.Element) -> _TableLayout:
     )
 
 
-def _describe(path: Path, metadata: ElementTree.Element, key: str) -> tuple[str, str | None, str | None]:
-    """Download key, DOI and query from the EML GBIF writes as metadata.xml."""
+def _describe(
+    path: Path, metadata: ElementTree.Element, key: str
+) -> tuple[str, str | None, str | None, str | None]:
+    """Download key, DOI, query and creation time from the EML GBIF writes as metadata.xml.
+
+    GBIF has written these in several places over the years: the key in ``<citation identifier>`` (2014)
+    or ``<alternateIdentifier>`` (2020 on); the DOI in the root's ``packageId`` and in ``<citation
+    identifier>`` (2020 on) or an ``<alternateIdentifier>``. Each is taken from wherever it is.
+    """
+    texts: list[str] = [metadata.get("packageId", "")]
+    created: str | None = None
     for element in metadata.iter():
         name = _local(element.tag)
-        if name == "citation" and DOWNLOAD_KEY.fullmatch(element.get("identifier", "")):
-            key = element.get("identifier", key)
-    doi = next(
-        (
-            text.strip().removeprefix("https://doi.org/").removeprefix("doi:")
-            for element in metadata.iter()
-            if _local(element.tag) == "alternateIdentifier" and (text := element.text or "").strip()
-            if "10." in text
-        ),
-        None,
-    )
+        if name == "citation":
+            texts.append(element.get("identifier", ""))
+        elif name == "alternateIdentifier":
+            texts.append((element.text or "").strip())
+        elif name == "dateStamp" and created is None:
+            created = _iso_utc((element.text or "").strip())
+    for text in texts:
+        if match := DOWNLOAD_KEY.fullmatch(text.strip()):
+            key = match.group(0)
+            break
+    doi = next((_doi(text) for text in texts if _doi(text)), None)
     abstract = " ".join(
         "".join(element.itertext()) for element in metadata.iter() if _local(element.tag) == "abstract"
     )
-    # GBIF's abstract: "... matching the query: {…}<br/>The dataset includes records from ..."
-    match = re.search(r"matching the query:\s*(.*?)\s*(?:<br\s*/?>|$)", abstract, re.DOTALL)
-    return key, doi, (match.group(1).strip() or None) if match else None
+    # GBIF's abstract: "... matching the query: {…}<br/>The dataset includes records from ..." (2014),
+    # or the same without the <br/> (2020): the query ends where the list of constituent datasets begins.
+    match = re.search(
+        r"matching the query:\s*(.*?)\s*(?:<br\s*/?>|The dataset includes records|$)", abstract, re.DOTALL
+    )
+    query = (match.group(1).strip() or None) if match else None
+    return key, doi, query, created or _created_from_key(key)
+
+
+def _doi(text: str) -> str | None:
+    text = text.strip()
+    for prefix in (
+        "https://doi.org/",
+        "http://doi.org/",
+        "http://dx.doi.org/",
+        "https://dx.doi.org/",
+        "doi:",
+    ):
+        text = text.removeprefix(prefix)
+    return text if re.fullmatch(r"10\.\d{4,9}/\S+", text) else None
+
+
+def _iso_utc(text: str) -> str | None:
+    """An ISO 8601 date or date-time as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC); None when it is neither."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _created_from_key(key: str) -> str | None:
+    """When GBIF created the download, read off its key (``0009886-250127130748423``: 2025-01-27
+    13:07:48 UTC); None for a name that is not GBIF's key."""
+    if DOWNLOAD_KEY.fullmatch(key) is None:
+        return None
+    try:
+        created = datetime.strptime(key.split("-")[1][:12], "%y%m%d%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return created.isoformat().replace("+00:00", "Z")
+
+
+def _created_fallback(archive: zipfile.ZipFile, key: str) -> str | None:
+    """The key's time, else the newest member's time in the zip's directory: never the clock, so the
+    same download gives the same raw snapshot in any folder, on any day."""
+    if created := _created_from_key(key):
+        return created
+    stamps = [info.date_time for info in archive.infolist()]
+    if not stamps:
+        return None
+    return datetime(*max(stamps), tzinfo=UTC).isoformat().replace("+00:00", "Z")
 
 
 def _key_from_name(path: Path) -> str:
@@ -320,119 +326,208 @@ def _key_from_name(path: Path) -> str:
     return match.group(0) if match else path.stem
 
 
-def _member_text(path: Path, archive: zipfile.ZipFile, member: str, encoding: str) -> str:
-    try:
-        data = archive.read(member)
-    except KeyError:
-        raise InputError(path, member, None, "the file meta.xml names is not in the zip") from None
-    try:
-        # utf-8-sig: a byte-order mark is an encoding artefact, not part of the first column's name.
-        return data.decode("utf-8-sig" if encoding.lower().replace("-", "") == "utf8" else encoding)
-    except LookupError:
-        raise InputError(path, member, "encoding", f"unknown encoding {encoding!r}") from None
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise InputError(
-            path, f"{member} line {line}", None, f"not valid {encoding}: {error.reason}"
-        ) from None
+# --- reading the records -------------------------------------------------------------------------------
 
 
-def _parse_records(path: Path, text: str, layout: _TableLayout) -> tuple[dict[str, Any], ...]:
-    if "\x00" in text:
-        line = text[: text.index("\x00")].count("\n") + 1
-        raise InputError(path, f"{layout.member} line {line}", None, "NUL byte in a text file")
+@dataclass(frozen=True)
+class DownloadRecord:
+    """One checked record: its gbifID, the line it started on, its records-file line and what the index
+    needs to file it under a species and count its quirks."""
+
+    key: int
+    line: int
+    text: str
+    taxon_keys: tuple[int | None, int | None, int | None]
+    species: str
+    country: str
+    state_province: str
+    has_license: bool
+    has_coordinates: bool
+    zero_coordinates: bool
+    license: str | None
+
+
+def read_records(info: DownloadInfo) -> Iterator[DownloadRecord]:
+    """The download's records in file order, streamed from the zip; InputError names the zip, member,
+    line and term of the first bad value (and the line reached when the zip's data itself is corrupt)."""
+    archive = _open_zip(info.path)
+    with archive:
+        layout = info.layout
+        if layout is None:
+            raise InputError(info.path, "file", None, "no core file")
+        try:
+            member = archive.open(layout.member)
+        except KeyError:
+            raise InputError(
+                info.path, layout.member, None, "the file meta.xml names is not in the zip"
+            ) from None
+        line = 0  # the last line read, named when the zip's data turns out corrupt
+        with member:
+            encoding = layout.encoding.lower().replace("-", "")
+            try:
+                # utf-8-sig: a byte-order mark is an encoding artefact, not part of the first column's name.
+                text = io.TextIOWrapper(
+                    io.BufferedReader(cast(io.RawIOBase, member), READ_BLOCK),
+                    encoding="utf-8-sig" if encoding == "utf8" else layout.encoding,
+                    newline="",
+                )
+            except LookupError:
+                raise InputError(
+                    info.path, layout.member, "encoding", f"unknown encoding {layout.encoding!r}"
+                ) from None
+            positions = None if info.format == SIMPLE_CSV else _positions(info.path, layout)
+            try:
+                for line, row in _rows(info.path, text, layout):
+                    if positions is None:
+                        # A simple CSV's first line names its columns.
+                        layout = _with_header(layout, row)
+                        positions = _positions(info.path, layout)
+                        continue
+                    if line <= layout.header_lines or row == [] or row == [""]:
+                        continue
+                    yield _checked(info.path, layout, positions, line, row)
+            except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+                raise InputError(
+                    info.path, f"{layout.member} line {line + 1}", None, f"corrupt zip data: {error}"
+                ) from None
+            except UnicodeDecodeError as error:
+                raise InputError(
+                    info.path,
+                    f"{layout.member} line {line + 1}",
+                    None,
+                    f"not valid {layout.encoding}: {error.reason}",
+                ) from None
+
+
+def _with_header(layout: TableLayout, header: list[str]) -> TableLayout:
+    return TableLayout(layout.member, layout.encoding, layout.delimiter, None, 1, dict(enumerate(header)), {})
+
+
+def _rows(path: Path, text: io.TextIOWrapper, layout: TableLayout) -> Iterator[tuple[int, list[str]]]:
+    """(line number where the row starts, fields) for each row."""
+    if layout.quote is None:
+        # GBIF's own files: no quoting at all, so a row is a line and a split is exact (and fast).
+        delimiter = layout.delimiter
+        for number, line in enumerate(text, start=1):
+            if "\x00" in line:
+                raise InputError(path, f"{layout.member} line {number}", None, "NUL byte in a text file")
+            yield number, line.rstrip("\r\n").split(delimiter)
+        return
     reader = csv.reader(
-        io.StringIO(text, newline=""),
+        _no_nul(path, text, layout.member),
         delimiter=layout.delimiter,
-        quotechar=layout.quote or '"',
-        quoting=csv.QUOTE_MINIMAL if layout.quote else csv.QUOTE_NONE,
+        quotechar=layout.quote,
+        quoting=csv.QUOTE_MINIMAL,
         strict=True,
     )
-    width = max(layout.columns, default=-1) + 1
-    if "gbifID" not in layout.columns.values():
-        raise InputError(path, layout.member, "gbifID", "no gbifID column")
-    records: dict[int, dict[str, Any]] = {}
-    first_line: dict[int, int] = {}
-    line = 0
+    start = 1
     try:
-        for row_number, row in enumerate(reader):
-            start, line = line + 1, reader.line_num
-            if row_number < layout.header_lines or row == []:
-                continue
-            where = f"{layout.member} line {start}"
-            if len(row) < width:
-                raise InputError(path, where, None, f"{len(row)} fields, the layout names {width}")
-            values = dict(layout.defaults)
-            values.update((term, row[index]) for index, term in layout.columns.items())
-            record = _record(values, path, where)
-            key = record["key"]
-            if key in records:
-                raise InputError(
-                    path, where, "gbifID", f"duplicate id {key}, first at line {first_line[key]}"
-                )
-            records[key], first_line[key] = record, start
+        for row in reader:
+            yield start, row
+            start = reader.line_num + 1
     except csv.Error as error:
         raise InputError(path, f"{layout.member} line {reader.line_num}", None, f"bad CSV: {error}") from None
-    return tuple(records[key] for key in sorted(records))
 
 
-def _record(values: dict[str, str], path: Path, where: str) -> dict[str, Any]:
-    """One row as an occurrence-search record; empty fields are left out, as the API leaves them out."""
-    gbif_id = values.get("gbifID", "").strip()
-    if not gbif_id.isdigit() or not 0 < int(gbif_id) <= MAX_GBIF_ID:
-        raise InputError(path, where, "gbifID", f"expected an id in 1..{MAX_GBIF_ID}, got {gbif_id[:40]!r}")
-    record: dict[str, Any] = {"key": int(gbif_id)}
-    for term in TEXT_TERMS:
-        if value := values.get(term, "").strip():
-            record[term] = value
-    for term in INTEGER_TERMS:
-        if value := values.get(term, "").strip():
-            if not re.fullmatch(r"-?\d{1,18}", value):
-                raise InputError(path, where, term, f"expected a whole number, got {value[:40]!r}")
-            record[term] = int(value)
-    for term, limit in COORDINATE_TERMS:
-        if value := values.get(term, "").strip():
-            try:
-                number = float(value)
-            except ValueError:
-                raise InputError(path, where, term, f"expected a number, got {value[:40]!r}") from None
-            if not math.isfinite(number) or not -limit <= number <= limit:
-                raise InputError(
-                    path, where, term, f"{value[:40]!r} is not a number in -{limit:g}..{limit:g}"
-                )
-            record[term] = number
-    if issues := [issue for issue in values.get("issue", "").split(";") if issue.strip()]:
-        record["issues"] = sorted(issue.strip() for issue in issues)
-    if "license" in record:
-        try:
-            normalize_license(record["license"])
-        except ValueError as error:
-            raise InputError(path, where, "license", str(error)) from None
-    return record
+def _no_nul(path: Path, text: Iterable[str], member: str) -> Iterator[str]:
+    for number, line in enumerate(text, start=1):
+        if "\x00" in line:
+            raise InputError(path, f"{member} line {number}", None, "NUL byte in a text file")
+        yield line
 
 
-def species_records(
-    downloads: Iterable[GbifDownload], species: Species
-) -> tuple[list[dict[str, Any]], list[GbifDownload]]:
-    """The species' records over all downloads, and the downloads that held any.
-
-    A record in two downloads is taken from the newer one (GBIF keys sort by creation time): GBIF's
-    interpretation of a record changes between downloads and the newer one is the better reading.
-    """
-    chosen: dict[int, dict[str, Any]] = {}
-    sources: list[GbifDownload] = []
-    for download in sorted(downloads, key=lambda download: download.key):
-        matching = download.records_of(species)
-        if matching:
-            sources.append(download)
-        chosen.update((record["key"], record) for record in matching)
-    return [chosen[key] for key in sorted(chosen)], sources
+_KEPT = ("gbifID", *TEXT_TERMS, *INTEGER_TERMS, *(term for term, _ in COORDINATE_TERMS), "issue")
 
 
-def download_request(species: Species, sources: Iterable[GbifDownload]) -> dict[str, Any]:
-    """The raw snapshot's request for a species read from downloads: which downloads, which taxon."""
-    return {
-        "endpoint": DOWNLOAD_ENDPOINT,
-        "downloads": [download.identity() for download in sources],
-        "taxon": species.taxon_filter(),
+@dataclass(frozen=True)
+class _Positions:
+    """Where each kept term sits in a row (None: not a column; meta.xml's default, if any, applies)."""
+
+    width: int
+    terms: tuple[tuple[str, int | None], ...]
+    defaults: dict[str, str]
+
+
+def _positions(path: Path, layout: TableLayout) -> _Positions:
+    by_term: dict[str, int] = {}
+    for index, term in sorted(layout.columns.items()):
+        by_term.setdefault(term, index)
+    if "gbifID" not in by_term:
+        raise InputError(path, layout.member, "gbifID", "no gbifID column")
+    return _Positions(
+        width=max(layout.columns, default=-1) + 1,
+        terms=tuple((term, by_term.get(term)) for term in _KEPT),
+        defaults={term: value.strip() for term, value in layout.defaults.items()},
+    )
+
+
+def _checked(
+    path: Path, layout: TableLayout, positions: _Positions, line: int, row: list[str]
+) -> DownloadRecord:
+    """One row as a records-file line, refusing what derive would refuse later, by line and term."""
+    if len(row) < positions.width:
+        raise InputError(
+            path,
+            f"{layout.member} line {line}",
+            None,
+            f"{len(row)} fields, the layout names {positions.width}",
+        )
+    defaults = positions.defaults
+    values = {
+        term: row[index].strip() if index is not None else defaults.get(term, "")
+        for term, index in positions.terms
     }
+
+    def fail(term: str, problem: str) -> InputError:
+        return InputError(path, f"{layout.member} line {line}", term, problem)
+
+    gbif_id = values["gbifID"]
+    if not gbif_id.isdigit() or not 0 < int(gbif_id) <= MAX_GBIF_ID:
+        raise fail("gbifID", f"expected an id in 1..{MAX_GBIF_ID}, got {gbif_id[:40]!r}")
+    key = int(gbif_id)
+    fields = [str(key)]
+    fields.extend(escape(values[term]) for term in TEXT_TERMS)
+    integers: list[int | None] = []
+    for term in INTEGER_TERMS:
+        value = values[term]
+        if value and not _INTEGER.fullmatch(value):
+            raise fail(term, f"expected a whole number, got {value[:40]!r}")
+        integers.append(int(value) if value else None)
+        fields.append(str(int(value)) if value else "")
+    numbers: list[float | None] = []
+    for term, limit in COORDINATE_TERMS:
+        value = values[term]
+        if not value:
+            numbers.append(None)
+            fields.append("")
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            raise fail(term, f"expected a number, got {value[:40]!r}") from None
+        if not math.isfinite(number) or not -limit <= number <= limit:
+            raise fail(term, f"{value[:40]!r} is not a number in -{limit:g}..{limit:g}")
+        numbers.append(number)
+        fields.append(repr(number))
+    issues = sorted(issue.strip() for issue in values["issue"].split(";") if issue.strip())
+    fields.append(";".join(escape(issue) for issue in issues))
+    license_name: str | None = None
+    if values["license"]:
+        try:
+            license_name = normalize_license(values["license"])
+        except ValueError as error:
+            raise fail("license", str(error)) from None
+    latitude, longitude = numbers
+    return DownloadRecord(
+        key=key,
+        line=line,
+        text="\t".join(fields) + "\n",
+        taxon_keys=(integers[1], integers[2], integers[3]),
+        species=values["species"],
+        country=values["countryCode"],
+        state_province=values["stateProvince"],
+        has_license=bool(values["license"]),
+        has_coordinates=latitude is not None,
+        zero_coordinates=(latitude == 0 and longitude == 0) or ZERO_COORDINATE in issues,
+        license=license_name,
+    )

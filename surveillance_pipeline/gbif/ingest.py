@@ -5,28 +5,30 @@ Fetch a species, normalize, and keep the old file if equal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.keys import sha256_file, sha256_hex
 from surveillance_pipeline.gbif.client import GbifClient, fetch_all_occurrences
-from surveillance_pipeline.gbif.downloads import (
-    DOWNLOAD_SOURCE,
-    GbifDownload,
-    download_request,
-    species_records,
-)
-from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
+from surveillance_pipeline.gbif.downloads import DOWNLOAD_SOURCE, DownloadInfo
+from surveillance_pipeline.gbif.records import RecordsWriter, copy_records
+from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 from surveillance_pipeline.occurrences.raw import (
     RawSnapshot,
     normalize_records,
     parse_raw_snapshot,
+    records_path,
     write_atomically,
 )
+
+# A download whose zip says nothing of when it was made (no key, no metadata, no member times): a fixed
+# time, never the clock, so the same downloads give the same raw bytes.
+UNKNOWN_TIME = "1970-01-01T00:00:00Z"
 
 
 @dataclass(frozen=True)
@@ -61,18 +63,107 @@ def ingest_species(
     return write_raw_snapshot(request, client.source, records, raw_path, stamp)
 
 
-def ingest_species_from_downloads(
-    downloads: Iterable[GbifDownload], species: Species, raw_path: Path, retrieved: str | None = None
-) -> IngestOutcome:
-    """The species' records from the GBIF downloads at hand, written like a search's raw snapshot.
+def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
+    """The raw snapshot's request for a species read from downloads: which downloads (and which of
+    their records: count and sha256 of the species' part), which taxon, which area."""
+    return {
+        "area": {"country": species.country, "stateProvince": species.state_province},
+        "downloads": [
+            {**info.identity(), "records": part.records, "records_sha256": part.sha256}
+            for info, part in sources
+        ],
+        "endpoint": DOWNLOAD_ENDPOINT,
+        "taxon": species.taxon_filter(),
+    }
 
-    The request names the downloads that held the species (key, DOI, query, sha256), so a new download
-    with records of this species changes the request and reaches derive; one without them does not.
+
+def species_sources(
+    indexes: Sequence[DownloadIndex], species: Species
+) -> list[tuple[DownloadInfo, SpeciesPart]]:
+    """The downloads holding records of the species, oldest first."""
+    ordered = sorted(indexes, key=lambda index: index.info.recency())
+    return [
+        (index.info, part)
+        for index in ordered
+        if (part := index.part(species.slug)) is not None and part.records > 0
+    ]
+
+
+def ingest_species_from_downloads(
+    indexes: Sequence[DownloadIndex], species: Species, raw_path: Path
+) -> IngestOutcome | None:
+    """The species' records from the downloads at hand, as a header and a records file; None when no
+    download holds the species (it is then the search client's, never emptied).
+
+    The request names each source download's part of this species (count and sha256), and the records
+    are a pure function of those parts: an equal request with its records file intact is a skip, decided
+    without reading a record.
     """
-    records, sources = species_records(downloads, species)
+    sources = species_sources(indexes, species)
+    if not sources:
+        return None
+    request = download_request(species, sources)
+    records_file = records_path(raw_path)
+    previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
+    if (
+        previous is not None
+        and previous.request == request
+        and previous.records_file == records_file.name
+        and records_file.is_file()
+        and sha256_file(records_file) == previous.records_sha256
+    ):
+        return IngestOutcome(
+            request,
+            DOWNLOAD_SOURCE,
+            False,
+            "nothing changed",
+            raw_path,
+            previous_sha256,
+            previous.count or 0,
+            previous.records_sha256 or "",
+            previous.retrieved,
+        )
+    if len(sources) == 1:
+        # One download: its part already is this file, byte for byte.
+        part = sources[0][1]
+        records_sha256, rows = copy_records(part.path, records_file, part.sha256), part.records
+    else:
+        with RecordsWriter(records_file) as writer:
+            writer.write_lines(merged_species_lines(sources))
+            rows = writer.rows
+            records_sha256 = writer.commit()
     # When GBIF made the newest download read: the same downloads give the same bytes in a fresh folder.
-    stamp = retrieved or max((created for d in sources if (created := d.created())), default=None)
-    return write_raw_snapshot(download_request(species, sources), DOWNLOAD_SOURCE, records, raw_path, stamp)
+    retrieved = max((info.created for info, _ in sources if info.created), default=UNKNOWN_TIME)
+    snapshot = RawSnapshot(
+        request,
+        retrieved,
+        DOWNLOAD_SOURCE,
+        [],
+        records_file=records_file.name,
+        records_sha256=records_sha256,
+        count=rows,
+    )
+    data = snapshot.to_bytes()
+    write_atomically(raw_path, data)
+    return IngestOutcome(
+        request,
+        DOWNLOAD_SOURCE,
+        True,
+        _reason(previous, request),
+        raw_path,
+        sha256_hex(data),
+        rows,
+        records_sha256,
+        retrieved,
+    )
+
+
+def _reason(previous: RawSnapshot | None, request: dict[str, Any]) -> str:
+    if previous is None:
+        return "first load"
+    if previous.request != request:
+        return "request changed"
+    return "records changed"
 
 
 def write_raw_snapshot(
@@ -86,7 +177,12 @@ def write_raw_snapshot(
     normalized = normalize_records(records, f"GBIF {source}")
     records, records_sha256 = normalized.records, normalized.sha256
     previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
-    if previous is not None and previous.request == request and previous.records == records:
+    if (
+        previous is not None
+        and previous.records_file is None
+        and previous.request == request
+        and previous.records == records
+    ):
         return IngestOutcome(
             request,
             source,
@@ -102,17 +198,13 @@ def write_raw_snapshot(
     snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, records)
     data = snapshot.to_bytes()
     write_atomically(raw_path, data)
-    if previous is None:
-        reason = "first load"
-    elif previous.request != request:
-        reason = "request changed"
-    else:
-        reason = "records changed"
+    # A species that was read from downloads before: its records file is no longer named by anything.
+    records_path(raw_path).unlink(missing_ok=True)
     return IngestOutcome(
         request,
         source,
         True,
-        reason,
+        _reason(previous, request),
         raw_path,
         sha256_hex(data),
         len(records),

@@ -8,29 +8,36 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_hex
+from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.partition_files import delete_stale_staging_file
 from surveillance_pipeline.core.refresh import (
     LOADED,
     SKIPPED,
     RefreshOutcome,
+    last_recorded_output,
     record_provenance,
     report_derived_output,
 )
-from surveillance_pipeline.gbif.downloads import downloads_version, read_downloads
-from surveillance_pipeline.gbif.ingest import IngestOutcome, ingest_species, ingest_species_from_downloads
-from surveillance_pipeline.gbif.registry import Species, species_by_slug
-from surveillance_pipeline.occurrences.derive import DERIVE_VERSION, DERIVED_COLUMNS, derive_raw_file
+from surveillance_pipeline.gbif.client import GbifClient
+from surveillance_pipeline.gbif.download_index import DownloadIndex, DownloadsFolder, open_downloads
+from surveillance_pipeline.gbif.ingest import ingest_species, ingest_species_from_downloads
+from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
+from surveillance_pipeline.occurrences.derive import (
+    DERIVE_VERSION,
+    DERIVED_COLUMNS,
+    derive_parts,
+    derive_to_file,
+    memo_holds,
+)
 from surveillance_pipeline.occurrences.licenses import LICENSES
 from surveillance_pipeline.occurrences.load import (
     SCHEMA_VERSION,
     TRANSFORM_VERSION,
     OccurrenceRules,
     load_occurrences,
-    verified_derived_bytes,
+    verified_derived_file,
 )
 from surveillance_pipeline.occurrences.partitions import species_partitions
-from surveillance_pipeline.occurrences.raw import write_atomically
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import (
     PartitionEvents,
@@ -58,28 +65,33 @@ SPECIES_ASSET: dict[str, Any] = {
 @dg.observable_source_asset(
     group_name="occurrences",
     description="GBIF download zips (DwC-A or simple CSV) in data/downloads/; data version = sha256 over "
-    "their names and bytes. Read by gbif_raw when GBIF_SOURCE=download.",
+    "their names and bytes. Read by gbif_raw when GBIF_SOURCE=download. Observing never parses a download.",
 )
-def gbif_downloads(paths: DataPaths) -> dg.ObserveResult:
-    downloads = read_downloads(paths.downloads())
+def gbif_downloads(context: dg.AssetExecutionContext, paths: DataPaths) -> dg.ObserveResult:
+    folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=False)
+    if folder.ignored:
+        context.log.warning(f"data/downloads/: not a zip, not read: {', '.join(folder.ignored)}")
     return dg.ObserveResult(
-        data_version=dg.DataVersion(downloads_version(downloads)),
-        # What each download holds that derive will count or leave out: no license, 0,0, above species.
-        metadata={
-            "downloads": dg.MetadataValue.json(
-                [
-                    {
-                        "file": download.path.name,
-                        **download.identity(),
-                        **download.counts(),
-                        "licenses": download.licenses(),
-                    }
-                    for download in downloads
-                ]
-            ),
-            "records": sum(len(download.records) for download in downloads),
-        },
+        data_version=dg.DataVersion(folder.version),
+        metadata=downloads_metadata(folder),
     )
+
+
+def downloads_metadata(folder: DownloadsFolder) -> dict[str, Any]:
+    """Per download: what it is and, once gbif_raw has indexed it, what derive will count or leave out
+    (no license, 0,0, above species rank) and how many records each registry species gets."""
+    listed = []
+    for info, index in zip(folder.downloads, folder.indexes, strict=True):
+        entry: dict[str, Any] = {"file": info.path.name, **info.identity()}
+        if index is None:
+            entry["indexed"] = False
+        else:
+            entry.update(index.counts, licenses=index.licenses, species=len(index.parts))
+        listed.append(entry)
+    return {
+        "downloads": dg.MetadataValue.json(listed),
+        "ignored": dg.MetadataValue.json(list(folder.ignored)),
+    }
 
 
 @dg.asset(
@@ -87,7 +99,7 @@ def gbif_downloads(paths: DataPaths) -> dg.ObserveResult:
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_downloads],
-    code_version="ingest-v1",
+    code_version="ingest-v2",
     pool="gbif_raw",
     description="GBIF occurrence search (or the downloads in data/downloads/) for one species, normalized "
     "into data/raw/<slug>.json. The only step that talks to a GBIF client.",
@@ -95,23 +107,30 @@ def gbif_downloads(paths: DataPaths) -> dg.ObserveResult:
 def gbif_raw(
     context: dg.AssetExecutionContext, gbif: GbifSource, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
+    indexes: tuple[DownloadIndex, ...] = ()
     if gbif.reads_downloads():
-        downloads = read_downloads(paths.downloads())
+        # Each download version is read once, here, into its index; later runs only look it up.
+        folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=True)
+        indexes = tuple(index for index in folder.indexes if index is not None)
+        if folder.ignored:
+            context.log.warning(f"data/downloads/: not a zip, not read: {', '.join(folder.ignored)}")
+    clients: list[GbifClient] = []
 
-        def ingest(species: Species) -> IngestOutcome:
-            return ingest_species_from_downloads(downloads, species, paths.raw(species.slug))
-
-    else:
-        client = gbif.client()
-
-        def ingest(species: Species) -> IngestOutcome:
-            return ingest_species(client, species, paths.raw(species.slug))
+    def search_client() -> GbifClient:
+        # Built on first use: a run whose species all come from downloads never needs one.
+        if not clients:
+            clients.append(gbif.client())
+        return clients[0]
 
     with warehouse.connect() as conn:
 
         def ingest_partition(slug: str) -> PartitionReport:
-            delete_stale_staging_file(paths.raw(slug))
-            ingest_outcome = ingest(species_by_slug(slug))
+            species = species_by_slug(slug)
+            raw_path = paths.raw(slug)
+            delete_stale_staging_file(raw_path)
+            ingest_outcome = ingest_species_from_downloads(indexes, species, raw_path)
+            if ingest_outcome is None:
+                ingest_outcome = ingest_species(search_client(), species, raw_path)
             parts = {
                 "request": ingest_outcome.request,
                 "source": ingest_outcome.source,
@@ -153,27 +172,30 @@ def gbif_derived(
             species = species_by_slug(slug)
             raw_path, derived_path = paths.raw(slug), paths.derived(slug)
             delete_stale_staging_file(derived_path)
-            fresh = derive_raw_file(raw_path, species)
-            derived = fresh.derived
-            parts = JobKeyParts(
-                input=fresh.raw_sha256,
-                transform=DERIVE_VERSION,
-                config={},
-                schema=len(DERIVED_COLUMNS),
-            )
-            unchanged = derived_path.exists() and derived_path.read_bytes() == derived.data
-            if not unchanged:
-                write_atomically(derived_path, derived.data)
+            memo = last_recorded_output(conn, "gbif_derived", slug)
+            derived_sha256 = memo.detail.get("derived_sha256") if memo is not None else None
+            if memo is not None and memo_holds(raw_path, memo.job_key, derived_sha256, derived_path):
+                # The derive recorded for these raw bytes still stands: nothing to derive again.
+                parts = derive_parts(sha256_file(raw_path))
+                counts = dict(memo.detail.get("counts", {}))
+                rows, unchanged = memo.rows, True
+            else:
+                before = sha256_file(derived_path) if derived_path.is_file() else None
+                fresh = derive_to_file(raw_path, species, derived_path)
+                parts = derive_parts(fresh.raw_sha256)
+                derived_sha256, counts, rows = fresh.sha256, fresh.counts, fresh.rows
+                unchanged = before == fresh.sha256
             outcome = report_derived_output(
                 conn,
                 asset="gbif_derived",
                 partition_key=slug,
                 parts=parts,
-                rows=derived.rows,
+                rows=rows,
                 run_id=context.run.run_id,
                 unchanged=unchanged,
+                detail={"derived_sha256": derived_sha256, "counts": counts},
             )
-            return outcome_report(outcome, sha256_hex(derived.data), path=str(derived_path), **derived.counts)
+            return outcome_report(outcome, derived_sha256, path=str(derived_path), **counts)
 
         yield from report_partitions(context, derive_partition, upstream=gbif_raw.key)
 
@@ -196,7 +218,7 @@ def occurrences(
 
         def load_partition(slug: str) -> PartitionReport:
             species = species_by_slug(slug)
-            derived = verified_derived_bytes(species, paths.raw(slug), paths.derived(slug))
+            derived = verified_derived_file(conn, species, paths.raw(slug), paths.derived(slug))
             outcome = load_occurrences(
                 conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
             )

@@ -7,15 +7,19 @@ bytes is the same CSV bytes, which is what lets ``occurrences`` refuse a derived
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.recent import RecentValues
+from surveillance_pipeline.gbif.records import MAX_GBIF_ID, ZERO_COORDINATE
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 from surveillance_pipeline.occurrences.licenses import normalize_license
 from surveillance_pipeline.occurrences.raw import RawSnapshot, parse_raw_snapshot, read_raw_bytes
@@ -24,9 +28,6 @@ DERIVE_VERSION = 1
 DERIVED_COLUMNS = ("id", "year", "longitude", "latitude", "license")
 # Plausible observation years; anything outside is a data error, not a filter decision.
 YEAR_RANGE = (1600, 2100)
-MAX_GBIF_ID = 2**63 - 1
-# GBIF's flag for records published at 0,0: kept, but without a geometry.
-ZERO_COORDINATE = "ZERO_COORDINATE"
 ZERO = ("", "")  # identity-compared marker: coordinates dropped because they were 0,0
 # How much derived output one process keeps for derive_raw_file (a species is a few hundred bytes to
 # tens of megabytes of CSV); the oldest entries go first.
@@ -67,6 +68,31 @@ def derive_raw_file(raw_path: Path, species: Species) -> RawDerive:
     return RawDerive(raw_sha256, derived)
 
 
+def memo_holds(raw_path: Path, memo_job_key: str, memo_sha256: str | None, derived_path: Path) -> bool:
+    """Whether a recorded derive still stands for these files, without deriving again.
+
+    Derive is pure: the same raw bytes and DERIVE_VERSION give the same CSV. So a recorded derive of
+    this raw file (its key: the raw file's sha256 and the version) whose output sha256 is the derived
+    file's is as good as a fresh one. A header snapshot's records file must still be the one it names.
+    """
+    if memo_sha256 is None or not derived_path.is_file() or not raw_path.is_file():
+        return False
+    raw = read_raw_bytes(raw_path)
+    if derive_parts(sha256_hex(raw)).key != memo_job_key:
+        return False
+    snapshot = parse_raw_snapshot(raw_path, raw)
+    if snapshot.records_file is not None:
+        records = raw_path.with_name(snapshot.records_file)
+        if not records.is_file() or sha256_file(records) != snapshot.records_sha256:
+            return False
+    return sha256_file(derived_path) == memo_sha256
+
+
+def derive_parts(raw_sha256: str) -> JobKeyParts:
+    """gbif_derived's key: the raw file's bytes and the derive code's version."""
+    return JobKeyParts(input=raw_sha256, transform=DERIVE_VERSION, config={}, schema=len(DERIVED_COLUMNS))
+
+
 def check_request(snapshot: RawSnapshot, species: Species, path: Path | str) -> None:
     """Refuse a raw snapshot fetched with another request than the registry would send now."""
     wanted = expected_request(snapshot, species)
@@ -87,7 +113,8 @@ def expected_request(snapshot: RawSnapshot, species: Species) -> dict[str, Any]:
     is still the one the registry asks for.
     """
     if snapshot.request.get("endpoint") == DOWNLOAD_ENDPOINT:
-        return {**snapshot.request, "taxon": species.taxon_filter()}
+        area = {"country": species.country, "stateProvince": species.state_province}
+        return {**snapshot.request, "area": area, "taxon": species.taxon_filter()}
     return species.request()
 
 
@@ -103,36 +130,141 @@ def _differences(recorded: Any, wanted: Any, prefix: str = "") -> list[str]:
 
 
 def derive_occurrences(snapshot: RawSnapshot, species: Species, path: Path | str) -> DerivedFile:
-    """The derived CSV for one species' raw snapshot; raises InputError naming record and field."""
+    """The derived CSV for one species' raw snapshot (held in memory: a search answer's size at most);
+    raises InputError naming record and field."""
     check_request(snapshot, species, path)
     rows: list[tuple[int, str, str, str, str]] = []
-    counts = {"no_year": 0, "no_coordinates": 0, "zero_coordinates": 0, "no_license": 0}
+    counts = _empty_counts()
     seen: dict[int, int] = {}
     for index, record in enumerate(snapshot.records):
-        if not isinstance(record, dict):
-            raise InputError(path, f"record {index}", None, "expected a JSON object")
-        gbif_id = _gbif_id(record, index, path)
-        where = f"record {index} (key {gbif_id})"
-        if gbif_id in seen:
-            raise InputError(path, where, "key", f"duplicate id, first seen at record {seen[gbif_id]}")
-        seen[gbif_id] = index
-        _check_taxon(record, species, where, path)
-        year = _year(record, where, path)
-        coordinates = _coordinates(record, where, path)
-        if coordinates is None:
-            counts["no_coordinates"] += 1
-        elif coordinates is ZERO:
-            counts["zero_coordinates"] += 1
-        try:
-            license_name = normalize_license(record.get("license"))
-        except ValueError as error:
-            raise InputError(path, where, "license", str(error)) from None
-        counts["no_year"] += year is None
-        counts["no_license"] += license_name is None
-        longitude, latitude = coordinates if coordinates is not None else ("", "")
-        rows.append((gbif_id, "" if year is None else str(year), longitude, latitude, license_name or ""))
+        row = _row(record, index, species, path, counts)
+        if row[0] in seen:
+            where = f"record {index} (key {row[0]})"
+            raise InputError(path, where, "key", f"duplicate id, first seen at record {seen[row[0]]}")
+        seen[row[0]] = index
+        rows.append(row)
     rows.sort(key=lambda row: row[0])
     return DerivedFile(_to_csv(rows), len(rows), counts)
+
+
+@dataclass(frozen=True)
+class StreamedDerive:
+    """A derive written as it went: the CSV's sha256, its rows and counts, and the raw file's sha256."""
+
+    raw_sha256: str
+    sha256: str
+    rows: int
+    counts: dict[str, int]
+
+
+def derive_to_file(raw_path: Path, species: Species, target: Path | None) -> StreamedDerive:
+    """Derive the raw snapshot at ``raw_path`` into ``target`` (replaced only when its bytes change), or
+    only hash the result when ``target`` is None. A header snapshot's records are streamed, so memory
+    does not grow with the species; a search snapshot is derived in memory as before."""
+    raw = read_raw_bytes(raw_path)
+    raw_sha256 = sha256_hex(raw)
+    snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
+    if snapshot.records_file is None:
+        derived = derive_raw_file(raw_path, species).derived
+        sha256 = sha256_hex(derived.data)
+        if target is not None and not (target.is_file() and sha256_file(target) == sha256):
+            _replace(target, [derived.data])
+        return StreamedDerive(raw_sha256, sha256, derived.rows, derived.counts)
+    check_request(snapshot, species, raw_path)
+    counts = _empty_counts()
+    lines = _streamed_lines(snapshot.iter_records(raw_path), species, raw_path, counts)
+    if target is None:
+        digest = hashlib.sha256()
+        for block in _blocks(lines):
+            digest.update(block)
+        rows = counts.pop("rows")
+        return StreamedDerive(raw_sha256, digest.hexdigest(), rows, counts)
+    sha256 = _replace(target, _blocks(lines), keep_if_equal=True)
+    return StreamedDerive(raw_sha256, sha256, counts.pop("rows"), counts)
+
+
+def _streamed_lines(
+    records: Iterable[dict[str, Any]], species: Species, path: Path, counts: dict[str, int]
+) -> Iterator[str]:
+    yield ",".join(DERIVED_COLUMNS) + "\n"
+    previous = 0
+    rows = 0
+    for index, record in enumerate(records):
+        gbif_id, year, longitude, latitude, license_name = _row(record, index, species, path, counts)
+        if gbif_id <= previous:
+            problem = "duplicate id" if gbif_id == previous else f"not in key order (after {previous})"
+            raise InputError(path, f"record {index} (key {gbif_id})", "key", problem)
+        previous = gbif_id
+        rows += 1
+        yield f"{gbif_id},{year},{longitude},{latitude},{license_name}\n"
+    counts["rows"] = rows
+
+
+def _blocks(lines: Iterable[str], size: int = 1 << 20) -> Iterator[bytes]:
+    buffer: list[str] = []
+    length = 0
+    for line in lines:
+        buffer.append(line)
+        length += len(line)
+        if length >= size:
+            yield "".join(buffer).encode("utf-8")
+            buffer, length = [], 0
+    if buffer:
+        yield "".join(buffer).encode("utf-8")
+
+
+def _replace(target: Path, blocks: Iterable[bytes], keep_if_equal: bool = False) -> str:
+    """Write ``blocks`` beside ``target`` and rename over it (kept as it is when already equal)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    digest = hashlib.sha256()
+    try:
+        with partial.open("wb") as handle:
+            for block in blocks:
+                digest.update(block)
+                handle.write(block)
+            _durable(handle)
+        sha256 = digest.hexdigest()
+        if keep_if_equal and target.is_file() and sha256_file(target) == sha256:
+            return sha256
+        os.replace(partial, target)
+        return sha256
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _durable(handle: IO[bytes]) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def _empty_counts() -> dict[str, int]:
+    return {"no_year": 0, "no_coordinates": 0, "zero_coordinates": 0, "no_license": 0}
+
+
+def _row(
+    record: Any, index: int, species: Species, path: Path | str, counts: dict[str, int]
+) -> tuple[int, str, str, str, str]:
+    """One record as a derived row, counting what it lacks; InputError names the record and field."""
+    if not isinstance(record, dict):
+        raise InputError(path, f"record {index}", None, "expected a JSON object")
+    gbif_id = _gbif_id(record, index, path)
+    where = f"record {index} (key {gbif_id})"
+    _check_taxon(record, species, where, path)
+    year = _year(record, where, path)
+    coordinates = _coordinates(record, where, path)
+    if coordinates is None:
+        counts["no_coordinates"] += 1
+    elif coordinates is ZERO:
+        counts["zero_coordinates"] += 1
+    try:
+        license_name = normalize_license(record.get("license"))
+    except ValueError as error:
+        raise InputError(path, where, "license", str(error)) from None
+    counts["no_year"] += year is None
+    counts["no_license"] += license_name is None
+    longitude, latitude = coordinates if coordinates is not None else ("", "")
+    return (gbif_id, "" if year is None else str(year), longitude, latitude, license_name or "")
 
 
 def _to_csv(rows: list[tuple[int, str, str, str, str]]) -> bytes:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +16,15 @@ from psycopg import sql
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
-from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
+from surveillance_pipeline.core.refresh import (
+    RefreshOutcome,
+    TargetSchema,
+    last_recorded_output,
+    refresh_partition,
+)
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_raw_file
+from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_to_file, memo_holds
 from surveillance_pipeline.occurrences.licenses import LICENSES
 
 PACKAGE = "surveillance_pipeline.occurrences"
@@ -29,6 +36,8 @@ TRANSFORM_VERSION = 1
 # 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
 SCHEMA_VERSION = 2
 COPY_BLOCK = 1 << 20
+# The asset whose provenance records each derive (what verified_derived_file trusts instead of deriving).
+DERIVED_ASSET = "gbif_derived"
 
 
 def occurrences_schema() -> TargetSchema:
@@ -67,35 +76,48 @@ class OccurrenceRules:
         return {"licenses": sorted(set(self.licenses)), "require_coordinates": self.require_coordinates}
 
 
-def verified_derived_bytes(species: Species, raw_path: Path, derived_path: Path) -> bytes:
-    """The derived file's bytes, after checking they equal a fresh derive of the raw snapshot."""
-    try:
-        derived = derived_path.read_bytes()
-    except FileNotFoundError:
+def verified_derived_file(
+    conn: psycopg.Connection, species: Species, raw_path: Path, derived_path: Path
+) -> Path:
+    """The derived file, after checking it equals a fresh derive of the raw snapshot.
+
+    gbif_derived records each derive (its key and the CSV's sha256) in provenance; when that record still
+    stands for these files (``derive.memo_holds``) the check costs two checksums instead of a derive.
+    Otherwise the raw snapshot is derived again (streamed) and compared.
+    """
+    if not derived_path.is_file():
         raise InputError(
             derived_path, "file", None, "derived file is missing: materialize gbif_derived first"
-        ) from None
-    fresh = derive_raw_file(raw_path, species).derived.data
-    if derived != fresh:
-        where = _first_difference(derived, fresh)
-        raise StaleInputError(
-            f"{derived_path}: differs from a fresh derive of {raw_path} (first at {where}); "
-            f"it was edited or derived by other code: materialize gbif_derived for {species.slug} again"
         )
-    return derived
+    memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
+    if memo is not None and memo_holds(
+        raw_path, memo.job_key, memo.detail.get("derived_sha256"), derived_path
+    ):
+        return derived_path
+    with tempfile.TemporaryDirectory(dir=derived_path.parent, prefix=".fresh-") as folder:
+        fresh = Path(folder) / derived_path.name
+        derive_to_file(raw_path, species, fresh)
+        if sha256_file(fresh) != sha256_file(derived_path):
+            where = _first_difference(derived_path, fresh)
+            raise StaleInputError(
+                f"{derived_path}: differs from a fresh derive of {raw_path} (first at {where}); "
+                f"it was edited or derived by other code: materialize gbif_derived for {species.slug} again"
+            )
+    return derived_path
 
 
-def _first_difference(a: bytes, b: bytes) -> str:
+def _first_difference(a: Path, b: Path) -> str:
     """Where two derived files first differ: the line, and the column when both lines have it."""
-    for number, (left, right) in enumerate(zip(a.split(b"\n"), b.split(b"\n"), strict=False), start=1):
-        if left != right:
-            fields = zip(left.split(b","), right.split(b","), strict=False)
-            column = next((i for i, (x, y) in enumerate(fields) if x != y), len(DERIVED_COLUMNS))
-            if column < len(DERIVED_COLUMNS):
-                return f"line {number}, field {DERIVED_COLUMNS[column]!r}"
-            return f"line {number}"
-    shorter = min(a.count(b"\n"), b.count(b"\n"))
-    return f"line {shorter + 1}"
+    with a.open("rb") as left_file, b.open("rb") as right_file:
+        lines = itertools.zip_longest(left_file, right_file, fillvalue=b"")
+        for number, (left, right) in enumerate(lines, start=1):
+            if left != right:
+                fields = zip(left.rstrip(b"\n").split(b","), right.rstrip(b"\n").split(b","), strict=False)
+                column = next((i for i, (x, y) in enumerate(fields) if x != y), len(DERIVED_COLUMNS))
+                if column < len(DERIVED_COLUMNS):
+                    return f"line {number}, field {DERIVED_COLUMNS[column]!r}"
+                return f"line {number}"
+    return "the end"
 
 
 def occurrence_job_parts(derived: bytes | Path, rules: OccurrenceRules) -> JobKeyParts:

@@ -2,12 +2,18 @@
 
 Normalized means keys sorted and records sorted by GBIF key, so the same records give the same bytes
 whatever order GBIF served them in. Only ingest writes these files; it is the one step that talks to GBIF.
+
+Two layouts share the path. A search answer (at most 100,000 records, occurrence search's limit) keeps its
+records inside the JSON (``format`` 1). A species read from GBIF downloads can hold millions, so its JSON
+is only a header (``format`` 2) naming a records file beside it, ``<slug>.records.tsv.gz`` (see
+``gbif.records``), and that file's sha256: the header's own sha256 then changes with every record, and
+readers stream the records instead of parsing them whole.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +22,12 @@ from surveillance_pipeline.core.errors import InputError, decode_utf8
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.recent import RecentValues
+from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_records
 
 RAW_FORMAT = 1
+# A header whose records live in a records file beside it.
+RAW_HEADER_FORMAT = 2
+RECORDS_SUFFIX = ".records.tsv.gz"
 RECENT_SNAPSHOTS_BYTES = 64 * 2**20
 
 
@@ -29,8 +39,31 @@ class RawSnapshot:
     retrieved: str
     source: str
     records: list[dict[str, Any]]
+    # Format 2 only: the records file's name (beside the header), its sha256 and its record count.
+    records_file: str | None = None
+    records_sha256: str | None = None
+    count: int | None = None
+
+    def iter_records(self, header_path: Path) -> Iterator[dict[str, Any]]:
+        """The records in key order: from the JSON, or streamed from the records file (checked against
+        the sha256 the header recorded once it has been read to the end)."""
+        if self.records_file is None:
+            return iter(self.records)
+        return iter_records(header_path.with_name(self.records_file), self.records_sha256)
 
     def to_bytes(self) -> bytes:
+        if self.records_file is not None:
+            header = {
+                "format": RAW_HEADER_FORMAT,
+                "request": self.request,
+                "retrieved": self.retrieved,
+                "source": self.source,
+                "count": self.count,
+                "columns": list(RECORD_COLUMNS),
+                "records_file": self.records_file,
+                "records_sha256": self.records_sha256,
+            }
+            return (json.dumps(header, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
         document = {
             "format": RAW_FORMAT,
             "request": self.request,
@@ -111,16 +144,49 @@ def _parse_raw_snapshot(path: Path, data: bytes) -> RawSnapshot:
         raise InputError(path, "document", None, f"unreadable JSON: {error}") from None
     if not isinstance(document, dict):
         raise InputError(path, "line 1", None, "expected a JSON object")
+    if document.get("format") == RAW_HEADER_FORMAT:
+        return _parse_header(path, document)
     for name, kind in (("request", dict), ("retrieved", str), ("source", str), ("records", list)):
         if not isinstance(document.get(name), kind):
             raise InputError(path, "document", name, f"missing or not a {kind.__name__}")
     return RawSnapshot(document["request"], document["retrieved"], document["source"], document["records"])
 
 
+def _parse_header(path: Path, document: dict[str, Any]) -> RawSnapshot:
+    for name, kind in (
+        ("request", dict),
+        ("retrieved", str),
+        ("source", str),
+        ("records_file", str),
+        ("records_sha256", str),
+        ("count", int),
+        ("columns", list),
+    ):
+        if not isinstance(document.get(name), kind):
+            raise InputError(path, "document", name, f"missing or not a {kind.__name__}")
+    if document["columns"] != list(RECORD_COLUMNS):
+        raise InputError(
+            path, "document", "columns", "not the columns this code writes: materialize gbif_raw"
+        )
+    records_file = document["records_file"]
+    if "/" in records_file or records_file.startswith("."):
+        raise InputError(path, "document", "records_file", f"{records_file!r} is not a file beside it")
+    return RawSnapshot(
+        document["request"],
+        document["retrieved"],
+        document["source"],
+        [],
+        records_file=records_file,
+        records_sha256=document["records_sha256"],
+        count=document["count"],
+    )
+
+
+def records_path(header_path: Path) -> Path:
+    """Where a format-2 snapshot's records file lives: ``<slug>.records.tsv.gz`` beside ``<slug>.json``."""
+    return header_path.with_name(header_path.stem + RECORDS_SUFFIX)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write beside the target and rename over it, so a reader never sees half a file."""
     replace_file(path, data)
-
-
-def file_version(data: bytes) -> str:
-    return sha256_hex(data)

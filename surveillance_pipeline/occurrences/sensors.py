@@ -1,23 +1,27 @@
 """The downloads sensor: a GBIF download dropped in data/downloads/ -> observe it, then one species run.
 
-Only with ``GBIF_SOURCE=download``: with another source, downloads are not what ingest reads. A tick looks
-at names, sizes and modification times first, so a folder of large zips is not re-hashed every tick; only
-a change there reads and hashes the zips. The run covers every species partition: which species a
-download holds is known only after reading it, and every partition it does not touch skips by its key.
-Run keys carry a trigger counter kept in the cursor, so a return to an earlier folder state is a new
-trigger rather than a run key Dagster has already seen.
+Only with ``GBIF_SOURCE=download``: with another source, downloads are not what ingest reads. A tick never
+parses a download. It looks at names, sizes and modification times first; only a zip that changed is
+hashed (streamed: seconds for gigabytes), and its directory and XML members are read to check it is a
+GBIF download. The records are read once, by gbif_raw, into the download's index. A zip that is not a
+GBIF download is reported once, with its sha256, and not read again until it changes; no run is
+requested while one is there, since gbif_raw would refuse the folder. The run covers every species
+partition: every partition a download does not touch skips by its key. Run keys carry a trigger counter
+kept in the cursor, so a return to an earlier folder state is a new trigger rather than a run key
+Dagster has already seen.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import canonical_json, sha256_hex
-from surveillance_pipeline.gbif.downloads import download_files, downloads_version, read_downloads
+from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.gbif.downloads import describe_download, downloads_version, list_downloads
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.reporting import DATA_VERSION_TAG, partition_range_tags
@@ -28,6 +32,20 @@ def folder_listing(files: list[Path]) -> str:
     """A cheap fingerprint of the folder: names, sizes and modification times."""
     stats = [(path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in files]
     return sha256_hex(canonical_json(stats).encode("utf-8"))
+
+
+def zip_checksums(zips: tuple[Path, ...], known: dict[str, Any]) -> dict[str, list[Any]]:
+    """name -> [size, mtime_ns, sha256]; a zip whose size and time are what the cursor recorded keeps
+    its recorded sha256, any other is hashed."""
+    checksums: dict[str, list[Any]] = {}
+    for path in zips:
+        stat = path.stat()
+        recorded = known.get(path.name)
+        if recorded is not None and recorded[:2] == [stat.st_size, stat.st_mtime_ns]:
+            checksums[path.name] = recorded
+        else:
+            checksums[path.name] = [stat.st_size, stat.st_mtime_ns, sha256_file(path)]
+    return checksums
 
 
 def downloads_sensor(job_name: str) -> dg.SensorDefinition:
@@ -43,33 +61,48 @@ def downloads_sensor(job_name: str) -> dg.SensorDefinition:
         if not gbif.reads_downloads():
             return dg.SensorResult(skip_reason=f"GBIF_SOURCE={gbif.source}: ingest does not read downloads")
         cursor = json.loads(context.cursor) if context.cursor else {}
-        files = download_files(paths.downloads())
-        listing = folder_listing(files)
-        if cursor.get("listing") == listing:
+        listing = list_downloads(paths.downloads())
+        fingerprint = folder_listing([*listing.zips, *(paths.downloads() / name for name in listing.ignored)])
+        if cursor.get("listing") == fingerprint:
             return dg.SensorResult(skip_reason="nothing changed in data/downloads/")
-        cursor["listing"] = listing
-        try:
-            downloads = read_downloads(paths.downloads())
-        except InputError as error:
-            # Remembered in the cursor, so the same broken zip is reported once, not re-read every tick.
-            return dg.SensorResult(skip_reason=str(error), cursor=json.dumps(cursor, sort_keys=True))
-        if not downloads and "version" not in cursor:
+        cursor["listing"] = fingerprint
+        checksums = zip_checksums(listing.zips, cursor.get("files", {}))
+        cursor["files"] = checksums
+        bad: dict[str, str] = {}
+        problems: list[str] = []
+        for path in listing.zips:
+            sha256 = checksums[path.name][2]
+            try:
+                describe_download(path, sha256)
+            except InputError as error:
+                bad[path.name] = sha256
+                if cursor.get("bad", {}).get(path.name) != sha256:
+                    problems.append(str(error))
+        cursor["bad"] = bad
+        ignored = f"; not a zip, not read: {', '.join(listing.ignored)}" if listing.ignored else ""
+        if bad:
+            # Reported once per file version; the folder waits until the file is replaced or removed.
+            reason = "; ".join(problems) or f"still not GBIF downloads: {', '.join(sorted(bad))}"
+            return dg.SensorResult(skip_reason=reason + ignored, cursor=json.dumps(cursor, sort_keys=True))
+        if not listing.zips and "version" not in cursor:
             return dg.SensorResult(
-                skip_reason="no GBIF download in data/downloads/", cursor=json.dumps(cursor, sort_keys=True)
+                skip_reason="no GBIF download in data/downloads/" + ignored,
+                cursor=json.dumps(cursor, sort_keys=True),
             )
-        version = downloads_version(downloads)
+        version = downloads_version((name, entry[2]) for name, entry in checksums.items())
         observation = dg.AssetObservation(
             asset_key=gbif_downloads.key,
             metadata={
-                "files": [d.path.name for d in downloads],
-                "records": sum(len(d.records) for d in downloads),
+                "files": [path.name for path in listing.zips],
+                "sha256": dg.MetadataValue.json({name: entry[2] for name, entry in checksums.items()}),
+                "ignored": list(listing.ignored),
             },
             tags={DATA_VERSION_TAG: version},
         )
         if cursor.get("version") == version:
             # Touched but not changed (a copy over itself): observed again, nothing to run.
             return dg.SensorResult(
-                skip_reason="the downloads' bytes did not change",
+                skip_reason="the downloads' bytes did not change" + ignored,
                 cursor=json.dumps(cursor, sort_keys=True),
                 asset_events=[observation],
             )

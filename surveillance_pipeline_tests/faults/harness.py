@@ -91,8 +91,8 @@ def prepare_snapshots(root: Path) -> Snapshots:
 def load_in_process(conn: psycopg.Connection, target: str, folder: Path) -> RefreshOutcome:
     """The core load the assets call, run here (no Dagster): how each trial puts A back."""
     if target == "occurrences":
-        derived = load.verified_derived_bytes(
-            SPECIES, folder / "raw" / f"{DEVIL}.json", folder / "derived" / f"{DEVIL}.csv"
+        derived = load.verified_derived_file(
+            conn, SPECIES, folder / "raw" / f"{DEVIL}.json", folder / "derived" / f"{DEVIL}.csv"
         )
         return load.load_occurrences(
             conn, species=SPECIES, derived=derived, rules=load.OccurrenceRules(), run_id="fault-suite"

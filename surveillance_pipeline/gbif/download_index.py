@@ -1,0 +1,377 @@
+"""The download index: one pass over a download splits its records by registry species, once per version.
+
+Reading a 50 GB download is the expensive part of using it; everything after should cost what the species
+at hand costs. So each download is read once per *version*, and what it holds per species is kept:
+
+    <index root>/<zip sha256>/<registry sha256[:16]>/index.json     identity, counts, per species part
+    <index root>/<zip sha256>/<registry sha256[:16]>/<slug>.tsv.gz  the species' records (gbif.records)
+
+The version is the zip's sha256 plus the registry's selectors (which taxon, which area, per slug) plus
+``INDEX_FORMAT``: a cache is a versioned input, and a changed zip, registry or reader gets a new index
+rather than a stale one. ``gbif_raw`` builds missing indexes; the sensor and the observation only read
+them. A species part is the download's records of the species' taxon inside its registry area
+(``Species.in_area``: the same filter the search request applies), sorted by gbifID.
+
+Memory stays bounded whatever the download's size: records stream out of the zip into per-species spill
+files through a bounded buffer, and each part is sorted in runs of ``SORT_RUN`` lines merged from disk.
+Only the gbifIDs (8 bytes each, plus the line they came from) are kept for the whole download, to refuse a
+duplicate id wherever it sits. Dagster-free.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import json
+import os
+import shutil
+import tempfile
+from array import array
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.gbif.downloads import (
+    DownloadInfo,
+    DownloadRecord,
+    describe_download,
+    downloads_version,
+    list_downloads,
+    read_records,
+)
+from surveillance_pipeline.gbif.records import (
+    RECORD_COLUMNS,
+    RECORDS_FORMAT,
+    RecordsWriter,
+    iter_record_lines,
+    record_key,
+)
+from surveillance_pipeline.gbif.registry import Species
+
+# Bump when what an index holds for the same zip and registry changes (the reader's rules, the columns).
+INDEX_FORMAT = 1
+INDEX_FILE = "index.json"
+# Lines buffered for all spill files together before they are written out (about 100 bytes a line).
+SPILL_LINES = 200_000
+# Lines of one part sorted in memory at a time (a few hundred MB at most); longer parts merge runs.
+SORT_RUN = 1_000_000
+
+
+@dataclass(frozen=True)
+class SpeciesPart:
+    records: int
+    sha256: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class DownloadIndex:
+    """What one download version holds: its identity, its quirks, and its records per registry species."""
+
+    info: DownloadInfo
+    folder: Path
+    counts: dict[str, int]
+    licenses: dict[str, int]
+    parts: dict[str, SpeciesPart]
+
+    def part(self, slug: str) -> SpeciesPart | None:
+        return self.parts.get(slug)
+
+
+def registry_selectors(registry: Sequence[Species]) -> list[dict[str, Any]]:
+    """What decides which records a species gets from a download: its taxon and its area, per slug."""
+    return [
+        {
+            "area": {"country": species.country, "stateProvince": species.state_province},
+            "slug": species.slug,
+            "taxon": species.taxon_filter(),
+        }
+        for species in sorted(registry, key=lambda s: s.slug)
+    ]
+
+
+def registry_version(registry: Sequence[Species]) -> str:
+    recipe = {"format": INDEX_FORMAT, "records": RECORDS_FORMAT, "selectors": registry_selectors(registry)}
+    return sha256_hex(canonical_json(recipe).encode("utf-8"))
+
+
+def index_folder(root: Path, zip_sha256: str, registry: Sequence[Species]) -> Path:
+    return root / zip_sha256 / registry_version(registry)[:16]
+
+
+def load_index(info: DownloadInfo, root: Path, registry: Sequence[Species]) -> DownloadIndex | None:
+    """The download's index if it has been built for this registry; never reads the download."""
+    folder = index_folder(root, info.sha256, registry)
+    try:
+        document = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # a damaged index is rebuilt, never trusted
+    if document.get("format") != INDEX_FORMAT or document.get("sha256") != info.sha256:
+        return None
+    parts = {
+        slug: SpeciesPart(int(part["records"]), str(part["sha256"]), folder / f"{slug}.tsv.gz")
+        for slug, part in document["species"].items()
+    }
+    return DownloadIndex(info, folder, dict(document["counts"]), dict(document["licenses"]), parts)
+
+
+def ensure_index(info: DownloadInfo, root: Path, registry: Sequence[Species]) -> DownloadIndex:
+    """The download's index, built in one streaming pass when this version has none yet.
+
+    Builders of the same index wait for each other (a file lock), and an index appears whole or not at
+    all (built in a temporary folder, then renamed).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / ".lock"):
+        index = load_index(info, root, registry)
+        if index is not None:
+            return index
+        folder = index_folder(root, info.sha256, registry)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
+        try:
+            _build(info, registry, building)
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(building, folder)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    index = load_index(info, root, registry)
+    if index is None:
+        raise RuntimeError(f"{folder}: index missing right after it was built")
+    return index
+
+
+def prune_indexes(root: Path, keep_sha256: Iterable[str]) -> list[str]:
+    """Delete the indexes of zips no longer in the folder; returns what was deleted."""
+    if not root.is_dir():
+        return []
+    keep = set(keep_sha256)
+    removed: list[str] = []
+    with _locked(root / ".lock"):
+        for entry in sorted(root.iterdir()):
+            if entry.is_dir() and not entry.name.startswith(".") and entry.name not in keep:
+                shutil.rmtree(entry)
+                removed.append(entry.name)
+    return removed
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _Matcher:
+    """Which registry species a download record belongs to: its taxon, then its area."""
+
+    def __init__(self, registry: Sequence[Species]) -> None:
+        self._by_key: dict[int, list[Species]] = defaultdict(list)
+        self._by_name: dict[str, list[Species]] = defaultdict(list)
+        for species in registry:
+            if species.taxon_key is not None:
+                self._by_key[species.taxon_key].append(species)
+            else:
+                self._by_name[species.scientific_name].append(species)
+
+    def slugs(self, record: DownloadRecord) -> list[str]:
+        found: list[Species] = []
+        for key in record.taxon_keys:
+            if key is not None and key in self._by_key:
+                found.extend(s for s in self._by_key[key] if s not in found)
+        if record.species in self._by_name:
+            found.extend(self._by_name[record.species])
+        return [s.slug for s in found if s.in_area(record.country or None, record.state_province or None)]
+
+
+def _build(info: DownloadInfo, registry: Sequence[Species], folder: Path) -> None:
+    matcher = _Matcher(registry)
+    counts: Counter[str] = Counter()
+    licenses: Counter[str] = Counter()
+    keys, lines = array("q"), array("q")
+    spill = _Spill(folder / ".spill")
+    for record in read_records(info):
+        keys.append(record.key)
+        lines.append(record.line)
+        counts["records"] += 1
+        # GBIF fills ``species`` only for records identified to species rank or below.
+        counts["above_species_rank"] += not record.species
+        counts["no_license"] += not record.has_license
+        counts["no_coordinates"] += not record.has_coordinates
+        counts["zero_coordinates"] += record.zero_coordinates
+        licenses[record.license or "none"] += 1
+        for slug in matcher.slugs(record):
+            spill.add(slug, record.text)
+    spill.flush()
+    _refuse_duplicates(info, keys, lines)
+    del keys, lines
+    parts: dict[str, dict[str, Any]] = {}
+    for slug in sorted(spill.slugs):
+        with RecordsWriter(folder / f"{slug}.tsv.gz") as writer:
+            writer.write_lines(_sorted_lines(spill.path(slug), folder / ".runs"))
+            rows = writer.rows
+            sha256 = writer.commit()
+        parts[slug] = {"records": rows, "sha256": sha256}
+    shutil.rmtree(folder / ".spill", ignore_errors=True)
+    shutil.rmtree(folder / ".runs", ignore_errors=True)
+    names = ("above_species_rank", "no_coordinates", "no_license", "records", "zero_coordinates")
+    document = {
+        "format": INDEX_FORMAT,
+        "columns": list(RECORD_COLUMNS),
+        "counts": {name: counts[name] for name in names},
+        "download": info.identity(),
+        "licenses": dict(sorted(licenses.items())),
+        "registry": registry_version(registry),
+        "sha256": info.sha256,
+        "species": parts,
+    }
+    (folder / INDEX_FILE).write_text(
+        json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+
+
+def _refuse_duplicates(info: DownloadInfo, keys: array, lines: array) -> None:
+    if not keys:
+        return
+    key_array = np.frombuffer(keys, dtype=np.int64)
+    order = np.argsort(key_array, kind="stable")
+    ordered = key_array[order]
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if repeated.size == 0:
+        return
+    # The duplicate met last in the file among the first repeated id: named at its line, with the first.
+    first = int(repeated[0])
+    first_line = int(lines[int(order[first])])
+    line = int(lines[int(order[first + 1])])
+    member = info.layout.member if info.layout else "core"
+    raise InputError(
+        info.path,
+        f"{member} line {line}",
+        "gbifID",
+        f"duplicate id {int(ordered[first])}, first at line {first_line}",
+    )
+
+
+class _Spill:
+    """Per-species spill files written through one bounded buffer (never one open file per species)."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self._buffer: dict[str, list[str]] = defaultdict(list)
+        self._buffered = 0
+        self.slugs: set[str] = set()
+
+    def path(self, slug: str) -> Path:
+        return self._folder / f"{slug}.tsv"
+
+    def add(self, slug: str, line: str) -> None:
+        self._buffer[slug].append(line)
+        self.slugs.add(slug)
+        self._buffered += 1
+        if self._buffered >= SPILL_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        for slug, lines in self._buffer.items():
+            with self.path(slug).open("a", encoding="utf-8", newline="\n") as handle:
+                handle.writelines(lines)
+        self._buffer.clear()
+        self._buffered = 0
+
+
+def _sorted_lines(spill: Path, runs_folder: Path) -> Iterator[str]:
+    """The spill file's lines by gbifID: sorted in memory when short, else in runs merged from disk."""
+    runs: list[Path] = []
+    with spill.open(encoding="utf-8", newline="\n") as handle:
+        while True:
+            chunk = [line for _, line in zip(range(SORT_RUN), handle, strict=False)]
+            if not chunk:
+                break
+            chunk.sort(key=record_key)
+            if not runs and len(chunk) < SORT_RUN:
+                yield from chunk
+                return
+            runs_folder.mkdir(parents=True, exist_ok=True)
+            run = runs_folder / f"{spill.stem}.{len(runs)}"
+            with run.open("w", encoding="utf-8", newline="\n") as out:
+                out.writelines(chunk)
+            runs.append(run)
+    handles = [run.open(encoding="utf-8", newline="\n") for run in runs]
+    try:
+        yield from heapq.merge(*handles, key=record_key)
+    finally:
+        for run_handle in handles:
+            run_handle.close()
+        for run in runs:
+            run.unlink(missing_ok=True)
+
+
+def merged_species_lines(parts: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> Iterator[str]:
+    """One species' records over several downloads, by gbifID; a record in two is taken from the newer.
+
+    ``parts`` come oldest first (``DownloadInfo.recency``). GBIF's interpretation of a record changes
+    between downloads, and the newer one is the better reading.
+    """
+    streams = [
+        ((record_key(line), -age, line) for line in iter_record_lines(part.path, part.sha256))
+        for age, (_, part) in enumerate(parts)
+    ]
+    previous: int | None = None
+    for key, _, line in heapq.merge(*streams):
+        if key != previous:
+            yield line + "\n"
+            previous = key
+
+
+@dataclass(frozen=True)
+class DownloadsFolder:
+    """The downloads folder: each zip described (and indexed when asked), plus what was not read."""
+
+    downloads: tuple[DownloadInfo, ...]
+    indexes: tuple[DownloadIndex | None, ...]
+    ignored: tuple[str, ...]
+
+    @property
+    def version(self) -> str:
+        return downloads_version((info.path.name, info.sha256) for info in self.downloads)
+
+
+def open_downloads(
+    folder: Path,
+    index_root: Path,
+    registry: Sequence[Species],
+    *,
+    build: bool,
+    known_sha256: dict[str, str] | None = None,
+) -> DownloadsFolder:
+    """Describe every zip (directory and XML only) and, with ``build``, index the ones not indexed yet.
+
+    Without ``build`` nothing reads a record: indexes are loaded when they exist, else None. The zips'
+    sha256 are streamed, unless ``known_sha256`` (name -> sha256) already has them. InputError names a zip
+    that is not a GBIF download.
+    """
+    listing = list_downloads(folder)
+    known = known_sha256 or {}
+    downloads = tuple(describe_download(path, known.get(path.name)) for path in listing.zips)
+    if build:
+        indexes: tuple[DownloadIndex | None, ...] = tuple(
+            ensure_index(info, index_root, registry) for info in downloads
+        )
+        prune_indexes(index_root, (info.sha256 for info in downloads))
+    else:
+        indexes = tuple(load_index(info, index_root, registry) for info in downloads)
+    return DownloadsFolder(downloads, indexes, listing.ignored)

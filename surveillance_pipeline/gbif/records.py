@@ -1,0 +1,244 @@
+"""Records files: a species' records from GBIF downloads as sorted, gzip-compressed TSV.
+
+A download can hold millions of records of one species, so its raw snapshot cannot be one JSON document
+that every reader parses whole. The records go into ``<slug>.records.tsv.gz`` beside the snapshot's small
+JSON header instead: one line per record, the columns of ``RECORD_COLUMNS`` in that order, sorted by
+gbifID, written with fixed gzip settings (no name, no time, one compression level), so the same records
+give the same bytes. Readers stream it and check its sha256 against the one the header recorded.
+
+Values are the text the download held, already checked (the reader in ``downloads`` refuses bad ones);
+coordinates are written in Python's shortest round-trip form of the float they parse to, so a record
+read back is exactly the occurrence-search record a JSON snapshot would hold. Tabs, newlines and
+backslashes inside a value (possible in a quoted DwC-A) are escaped as ``\\t``, ``\\n``, ``\\r``, ``\\\\``.
+Dagster-free.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from surveillance_pipeline.core.errors import InputError, StaleInputError
+
+# The occurrence-search fields a record keeps, by type. Everything else in a download is left out: derive
+# and geocoded_localities read only these.
+TEXT_TERMS = (
+    "basisOfRecord",
+    "countryCode",
+    "datasetKey",
+    "eventDate",
+    "license",
+    "locality",
+    "occurrenceStatus",
+    "scientificName",
+    "species",
+    "stateProvince",
+    "taxonRank",
+)
+INTEGER_TERMS = ("year", "taxonKey", "speciesKey", "acceptedTaxonKey")
+COORDINATE_TERMS = (("decimalLatitude", 90.0), ("decimalLongitude", 180.0))
+# The largest gbifID PostgreSQL's bigint holds.
+MAX_GBIF_ID = 2**63 - 1
+# GBIF's flag for records published at 0,0: kept, but without a geometry.
+ZERO_COORDINATE = "ZERO_COORDINATE"
+RECORD_COLUMNS = ("key", *TEXT_TERMS, *INTEGER_TERMS, *(name for name, _ in COORDINATE_TERMS), "issues")
+RECORDS_FORMAT = 1
+# Level 1: a records file is written once per download version and read by derive; a stronger level
+# would cost several times the time for a third less disk.
+GZIP_LEVEL = 1
+GZIP_BLOCK = 1 << 20
+
+_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+_UNESCAPES = {"\\\\": "\\", "\\t": "\t", "\\n": "\n", "\\r": "\r"}
+
+
+def escape(value: str) -> str:
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        for plain, escaped in _ESCAPES:
+            value = value.replace(plain, escaped)
+    return value
+
+
+def unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    out: list[str] = []
+    index = 0
+    while index < len(value):
+        pair = value[index : index + 2]
+        if pair in _UNESCAPES:
+            out.append(_UNESCAPES[pair])
+            index += 2
+        else:
+            out.append(value[index])
+            index += 1
+    return "".join(out)
+
+
+def record_key(line: str) -> int:
+    """The gbifID a records line starts with."""
+    return int(line[: line.index("\t")])
+
+
+def record_from_fields(fields: list[str]) -> dict[str, Any]:
+    """One records-file line (split on tabs) as the occurrence-search record it stands for."""
+    record: dict[str, Any] = {"key": int(fields[0])}
+    position = 1
+    for term in TEXT_TERMS:
+        if value := fields[position]:
+            record[term] = unescape(value)
+        position += 1
+    for term in INTEGER_TERMS:
+        if value := fields[position]:
+            record[term] = int(value)
+        position += 1
+    for term, _ in COORDINATE_TERMS:
+        if value := fields[position]:
+            record[term] = float(value)
+        position += 1
+    if value := fields[position]:
+        record["issues"] = [unescape(issue) for issue in value.split(";")]
+    return record
+
+
+class RecordsWriter:
+    """Writes records lines into a deterministic gzip file, hashing the compressed bytes as they go.
+
+    The file is written beside ``path`` and renamed over it by ``commit``, so a reader never sees half
+    of one; ``abort`` (or leaving the ``with`` block by an exception) deletes the partial file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        self._partial = path.with_name(path.name + f".{os.getpid()}.partial")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._raw = _HashingFile(self._partial.open("wb"))
+        # filename="" and mtime=0: the gzip header then holds nothing but the fixed flags.
+        self._gzip = gzip.GzipFile(
+            filename="", mode="wb", fileobj=self._raw, compresslevel=GZIP_LEVEL, mtime=0
+        )
+        self._buffer = io.TextIOWrapper(self._gzip, encoding="utf-8", newline="\n", write_through=False)
+
+    def write_lines(self, lines: Iterable[str]) -> None:
+        """Lines already ending in ``\\n``."""
+        for line in lines:
+            self._buffer.write(line)
+            self.rows += 1
+
+    def commit(self) -> str:
+        """Close, rename over the target, and return the file's sha256."""
+        self._buffer.close()  # closes the gzip stream and the file below it
+        os.replace(self._partial, self.path)
+        return self._raw.digest.hexdigest()
+
+    def abort(self) -> None:
+        try:
+            self._buffer.close()
+        finally:
+            self._partial.unlink(missing_ok=True)
+
+    def __enter__(self) -> RecordsWriter:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if kind is not None:
+            self.abort()
+
+
+class _HashingFile(io.RawIOBase):
+    """A write-only file that hashes what passes through it."""
+
+    def __init__(self, target: IO[bytes]) -> None:
+        self._target = target
+        self.digest = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        self._target.write(view)
+        return len(view)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._target.flush()
+            os.fsync(self._target.fileno())
+            self._target.close()
+        super().close()
+
+
+def copy_records(source: Path, target: Path, expected_sha256: str) -> str:
+    """Copy a records file (beside the target, then renamed over it), checking it is the one expected."""
+    partial = target.with_name(target.name + f".{os.getpid()}.partial")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    try:
+        with source.open("rb") as reader, partial.open("wb") as writer:
+            while block := reader.read(GZIP_BLOCK):
+                digest.update(block)
+                writer.write(block)
+            writer.flush()
+            os.fsync(writer.fileno())
+        if digest.hexdigest() != expected_sha256:
+            raise StaleInputError(f"{source}: not the records its download index recorded; rebuild the index")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return digest.hexdigest()
+
+
+def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterator[str]:
+    """The lines of a records file (without their ``\\n``), streamed; at the end, the file's sha256 must
+    be ``expected_sha256`` (what the raw snapshot recorded), else StaleInputError: the file was replaced
+    or edited after the snapshot named it."""
+    digest = hashlib.sha256()
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise InputError(path, "file", None, "records file is missing: materialize gbif_raw again") from None
+    with handle:
+        hashing = _HashingReader(handle, digest)
+        try:
+            with gzip.GzipFile(fileobj=hashing, mode="rb") as unzipped:
+                text = io.TextIOWrapper(unzipped, encoding="utf-8", newline="\n")
+                for line in text:
+                    yield line[:-1] if line.endswith("\n") else line
+        except (OSError, EOFError, UnicodeDecodeError) as error:
+            raise InputError(path, "file", None, f"not a readable records file: {error}") from None
+        # Whatever gzip did not need to read still belongs to the file's bytes.
+        while block := handle.read(GZIP_BLOCK):
+            digest.update(block)
+    if expected_sha256 is not None and digest.hexdigest() != expected_sha256:
+        raise StaleInputError(
+            f"{path}: sha256 {digest.hexdigest()[:12]}… is not the {expected_sha256[:12]}… its raw snapshot "
+            "recorded (edited or replaced since): materialize gbif_raw again"
+        )
+
+
+class _HashingReader(io.RawIOBase):
+    def __init__(self, source: IO[bytes], digest: Any) -> None:
+        self._source = source
+        self._digest = digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._source.read(len(buffer))
+        self._digest.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def iter_records(path: Path, expected_sha256: str | None = None) -> Iterator[dict[str, Any]]:
+    """The records of a records file as occurrence-search records, in gbifID order."""
+    for line in iter_record_lines(path, expected_sha256):
+        yield record_from_fields(line.split("\t"))
