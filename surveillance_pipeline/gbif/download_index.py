@@ -320,16 +320,18 @@ def _sorted_lines(spill: Path, runs_folder: Path) -> Iterator[str]:
             run.unlink(missing_ok=True)
 
 
+def _keyed_lines(part: SpeciesPart, rank: int) -> Iterator[tuple[int, int, str]]:
+    for line in iter_record_lines(part.path, part.sha256):
+        yield record_key(line), rank, line
+
+
 def merged_species_lines(parts: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> Iterator[str]:
     """One species' records over several downloads, by gbifID; a record in two is taken from the newer.
 
     ``parts`` come oldest first (``DownloadInfo.recency``). GBIF's interpretation of a record changes
     between downloads, and the newer one is the better reading.
     """
-    streams = [
-        ((record_key(line), -age, line) for line in iter_record_lines(part.path, part.sha256))
-        for age, (_, part) in enumerate(parts)
-    ]
+    streams = [_keyed_lines(part, -age) for age, (_, part) in enumerate(parts)]
     previous: int | None = None
     for key, _, line in heapq.merge(*streams):
         if key != previous:
