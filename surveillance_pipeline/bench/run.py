@@ -10,7 +10,8 @@ SELECT`` into an identical table, and vs row-by-row ``executemany`` on a 20k sli
 (2) a skip vs sha256 of the file plus one state-row read; (3) the md5 cap over 1M occurrences through
 ``refresh_species_sample`` vs the bare statement; (4) a no-change ``lab_run`` vs one trivial
 ``dagster asset materialize``; (5) time per row at each size; (6) a backfill of species partitions by
-two processes at once vs one.
+two processes at once vs one; (7) with ``--downloads`` (or ``--only-downloads``), importing a generated GBIF
+download through Dagster's CLI vs unzip + DuckDB + ``psql \\copy`` (bench/downloads.py).
 """
 
 from __future__ import annotations
@@ -697,8 +698,28 @@ def main(argv: list[str] | None = None) -> int:
         help="run the \\copy limit only up to this size (into an indexed table it grows superlinearly)",
     )
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "bench")
+    parser.add_argument(
+        "--downloads", action="store_true", help="also the GBIF download section (bench/downloads.py)"
+    )
+    parser.add_argument("--only-downloads", action="store_true", help="only the GBIF download section")
+    parser.add_argument(
+        "--download-sizes",
+        type=lambda text: [int(size) for size in text.split(",") if size.strip()],
+        default=[1_000_000, 5_000_000],
+        help="records per generated download, comma-separated (default 1000000,5000000)",
+    )
+    parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
+    parser.add_argument("--download-reps", type=int, default=1, help="repetitions in the download section")
+    parser.add_argument(
+        "--download-rss-cap-gb",
+        type=float,
+        default=8.0,
+        help="kill (and record as failed) a download-section process whose RSS passes this",
+    )
     args = parser.parse_args(argv)
     server_url = os.environ[DATABASE_URL_VARIABLE]
+    if args.only_downloads:
+        return run_downloads_only(args, server_url)
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -729,14 +750,47 @@ def main(argv: list[str] | None = None) -> int:
             results["parallel"] = measure_parallel(
                 server_url, work, args.parallel_species, args.parallel_rows, 2, args.parallel_reps
             )
+        if args.downloads:
+            results["downloads"] = download_section(args, server_url, work)
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
     results["ratios"] = summarize(results)
     results["verdicts"] = {k: verdict(k, v) for k, v in results["ratios"].items() if k in TARGETS}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(to_json(results), indent=1) + "\n", encoding="utf-8")
     table = markdown(results)
+    if "downloads" in results:
+        from surveillance_pipeline.bench import downloads
+
+        table += "\n" + downloads.markdown(results["downloads"])
     (args.out / "results.md").write_text(table, encoding="utf-8")
     print(table)
+    return 0
+
+
+def download_section(args: argparse.Namespace, server_url: str, work: Path) -> dict[str, Any]:
+    """The GBIF download section (bench/downloads.py imports this module, hence the late import)."""
+    from surveillance_pipeline.bench import downloads
+
+    sizes = sorted(set(args.download_sizes + ([10_000_000] if args.with_10m else [])))
+    return downloads.measure_downloads(
+        server_url,
+        work,
+        args.out / "out",
+        sizes,
+        seed=args.download_seed,
+        reps=args.download_reps,
+        rss_cap_gb=args.download_rss_cap_gb,
+    )
+
+
+def run_downloads_only(args: argparse.Namespace, server_url: str) -> int:
+    """``--only-downloads``: the section alone, put into the results the other sections left."""
+    from surveillance_pipeline.bench import downloads
+
+    with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
+        section = download_section(args, server_url, Path(folder))
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(downloads.merge_into(args.out, section))
     return 0
 
 
