@@ -7,6 +7,7 @@ with GBIF's keys, EML metadata of the 2014 and the 2020 shapes, and as many reco
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -20,10 +21,14 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.gbif import download_index
+from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable
 from surveillance_pipeline.gbif.download_index import ensure_index, open_downloads
-from surveillance_pipeline.gbif.downloads import describe_download
+from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
+from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences.derive import derive_to_file
 from surveillance_pipeline.occurrences.raw import read_raw_snapshot
 from surveillance_pipeline.resources import GbifSource
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources
@@ -293,3 +298,69 @@ def test_the_sensor_reports_a_bad_zip_once_and_never_parses_a_download(database_
         assert len(fixed.run_requests) == 1
         # A tick reads no record: the download is indexed by gbif_raw, not by the sensor.
         assert not (data_dir / "download_index").exists()
+
+
+SHARED_ZIPS = (
+    "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip",
+    "gbif/dwca-0000066-elevation/0000066-140928181241064.zip",
+)
+# sha256 over the sorted (species, sha256 of its derived CSV) pairs of every species in the two shared
+# downloads, as the reader before streaming derived them (whole-member read, JSON raw snapshots): the
+# streamed import must give the same derived files, byte for byte.
+DERIVED_BEFORE_STREAMING = "73dd4069ce4e6c7a1cb5e7cd77de9c41ea0a8b65bf84d0a0e23a5a1d7f6fc244"
+
+
+def _derived_digests(shared_data: Path, work: Path) -> dict[str, str]:
+    names = sorted(
+        {
+            record["species"]
+            for name in SHARED_ZIPS
+            for record in _every_record(shared_data / name)
+            if "species" in record
+        }
+    )
+    registry = [
+        dataclasses.replace(
+            DEVIL_SPECIES,
+            species_id=9000 + i,
+            slug=name.lower().replace(" ", "-"),
+            scientific_name=name,
+            taxon_key=None,
+            country="",
+            state_province="",
+        )
+        for i, name in enumerate(names)
+    ]
+    indexes = [
+        ensure_index(describe_download(shared_data / name), work / "index", registry) for name in SHARED_ZIPS
+    ]
+    digests = {}
+    for species in registry:
+        raw = work / "raw" / f"{species.slug}.json"
+        ingest_species_from_downloads(indexes, species, raw)
+        digests[species.scientific_name] = derive_to_file(raw, species, None).sha256
+    return digests
+
+
+def _every_record(path: Path) -> list[dict]:
+    return [
+        record_from_fields(record.text.rstrip("\n").split("\t"))
+        for record in read_records(describe_download(path))
+    ]
+
+
+def test_the_shared_downloads_derive_byte_for_byte_as_before_streaming(shared_data, tmp_path):
+    digests = _derived_digests(shared_data, tmp_path)
+    assert len(digests) == 129
+    combined = hashlib.sha256(json.dumps(sorted(digests.items())).encode()).hexdigest()
+    assert combined == DERIVED_BEFORE_STREAMING
+
+
+def test_the_row_reader_and_the_columnar_reader_derive_the_same_files(shared_data, tmp_path, monkeypatch):
+    columnar = _derived_digests(shared_data, tmp_path / "columnar")
+
+    def unavailable(info):
+        raise ColumnarUnavailable("forced: read row by row")
+
+    monkeypatch.setattr(download_index, "read_column_batches", unavailable)
+    assert _derived_digests(shared_data, tmp_path / "rows") == columnar

@@ -35,9 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable, ColumnBatch, read_column_batches
 from surveillance_pipeline.gbif.downloads import (
     DownloadInfo,
     DownloadRecord,
@@ -198,26 +201,13 @@ class _Matcher:
 
 
 def _build(info: DownloadInfo, registry: Sequence[Species], folder: Path) -> None:
-    matcher = _Matcher(registry)
-    counts: Counter[str] = Counter()
-    licenses: Counter[str] = Counter()
-    keys, lines = array("q"), array("q")
-    spill = _Spill(folder / ".spill")
-    for record in read_records(info):
-        keys.append(record.key)
-        lines.append(record.line)
-        counts["records"] += 1
-        # GBIF fills ``species`` only for records identified to species rank or below.
-        counts["above_species_rank"] += not record.species
-        counts["no_license"] += not record.has_license
-        counts["no_coordinates"] += not record.has_coordinates
-        counts["zero_coordinates"] += record.zero_coordinates
-        licenses[record.license or "none"] += 1
-        for slug in matcher.slugs(record):
-            spill.add(slug, record.text)
-    spill.flush()
-    _refuse_duplicates(info, keys, lines)
-    del keys, lines
+    """Read the download once, with the columnar reader when it takes the file, else row by row."""
+    try:
+        counts, licenses, spill = _split_by_columns(info, registry, folder)
+    except ColumnarUnavailable:
+        # Not a layout the columnar reader takes, or a value it refuses: the row reader names the line.
+        shutil.rmtree(folder / ".spill", ignore_errors=True)
+        counts, licenses, spill = _split_by_rows(info, registry, folder)
     parts: dict[str, dict[str, Any]] = {}
     for slug in sorted(spill.slugs):
         with RecordsWriter(folder / f"{slug}.tsv.gz") as writer:
@@ -241,6 +231,101 @@ def _build(info: DownloadInfo, registry: Sequence[Species], folder: Path) -> Non
     (folder / INDEX_FILE).write_text(
         json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
     )
+
+
+def _split_by_rows(
+    info: DownloadInfo, registry: Sequence[Species], folder: Path
+) -> tuple[Counter[str], Counter[str], _Spill]:
+    matcher = _Matcher(registry)
+    counts: Counter[str] = Counter()
+    licenses: Counter[str] = Counter()
+    keys, lines = array("q"), array("q")
+    spill = _Spill(folder / ".spill")
+    for record in read_records(info):
+        keys.append(record.key)
+        lines.append(record.line)
+        counts["records"] += 1
+        # GBIF fills ``species`` only for records identified to species rank or below.
+        counts["above_species_rank"] += not record.species
+        counts["no_license"] += not record.has_license
+        counts["no_coordinates"] += not record.has_coordinates
+        counts["zero_coordinates"] += record.zero_coordinates
+        licenses[record.license or "none"] += 1
+        for slug in matcher.slugs(record):
+            spill.add(slug, record.text)
+    spill.flush()
+    _refuse_duplicates(info, keys, lines)
+    return counts, licenses, spill
+
+
+def _split_by_columns(
+    info: DownloadInfo, registry: Sequence[Species], folder: Path
+) -> tuple[Counter[str], Counter[str], _Spill]:
+    matcher = _ColumnMatcher(registry)
+    counts: Counter[str] = Counter()
+    licenses: Counter[str] = Counter()
+    keys: list[np.ndarray] = []
+    spill = _Spill(folder / ".spill")
+    for batch in read_column_batches(info):
+        counts.update(batch.counts)
+        licenses.update(batch.licenses)
+        keys.append(batch.keys.to_numpy())
+        for species_index, rows in matcher.rows_by_species(batch):
+            lines = batch.lines.take(pa.array(rows)).to_pylist()
+            spill.add_block(registry[species_index].slug, "\n".join(lines) + "\n", len(lines))
+    spill.flush()
+    every_key = np.concatenate(keys) if keys else np.empty(0, np.int64)
+    every_key.sort()
+    if every_key.size and bool(np.any(every_key[1:] == every_key[:-1])):
+        raise ColumnarUnavailable("a duplicate gbifID: the row reader names its lines")
+    return counts, licenses, spill
+
+
+class _ColumnMatcher:
+    """``_Matcher`` for a batch at once: taxon keys and names looked up in the registry by pyarrow, the
+    area compared with numpy. Pairs of (record, species) are unique, so a record reached by its taxon key
+    and its species key is filed once."""
+
+    def __init__(self, registry: Sequence[Species]) -> None:
+        keyed = [(s.taxon_key, i) for i, s in enumerate(registry) if s.taxon_key is not None]
+        named = [(s.scientific_name, i) for i, s in enumerate(registry) if s.taxon_key is None]
+        self._keys = pa.array([key for key, _ in keyed], pa.int64())
+        self._key_species = np.array([i for _, i in keyed], dtype=np.int64)
+        self._names = pa.array([name for name, _ in named], pa.string())
+        self._name_species = np.array([i for _, i in named], dtype=np.int64)
+        self._count = max(len(registry), 1)
+        self._country = np.array([s.country for s in registry], dtype=object)
+        self._state = np.array([s.state_province.strip().lower() for s in registry], dtype=object)
+
+    def rows_by_species(self, batch: ColumnBatch) -> Iterator[tuple[int, np.ndarray]]:
+        found_rows: list[np.ndarray] = []
+        found_species: list[np.ndarray] = []
+        lookups = [(column, self._keys, self._key_species) for column in batch.taxon_keys]
+        lookups.append((batch.species, self._names, self._name_species))
+        for column, values, species in lookups:
+            if len(values) == 0:
+                continue
+            index = pc.fill_null(pc.index_in(column, value_set=values), -1).to_numpy()
+            hits = np.flatnonzero(index >= 0)
+            found_rows.append(hits)
+            found_species.append(species[index[hits]])
+        if not found_rows:
+            return
+        pairs = np.unique(np.concatenate(found_rows) * self._count + np.concatenate(found_species))
+        rows, species = pairs // self._count, pairs % self._count
+        country = batch.country.to_numpy(zero_copy_only=False)[rows]
+        state = batch.state_province.to_numpy(zero_copy_only=False)[rows]
+        wanted_country, wanted_state = self._country[species], self._state[species]
+        inside = ((wanted_country == "") | (country == wanted_country)) & (
+            (wanted_state == "") | (state == wanted_state)
+        )
+        rows, species = rows[inside], species[inside]
+        order = np.argsort(species, kind="stable")
+        rows, species = rows[order], species[order]
+        bounds = np.flatnonzero(np.diff(species)) + 1
+        for chunk_rows, chunk_species in zip(np.split(rows, bounds), np.split(species, bounds), strict=True):
+            if chunk_rows.size:
+                yield int(chunk_species[0]), chunk_rows
 
 
 def _refuse_duplicates(info: DownloadInfo, keys: array, lines: array) -> None:
@@ -279,9 +364,13 @@ class _Spill:
         return self._folder / f"{slug}.tsv"
 
     def add(self, slug: str, line: str) -> None:
-        self._buffer[slug].append(line)
+        self.add_block(slug, line, 1)
+
+    def add_block(self, slug: str, text: str, lines: int) -> None:
+        """``lines`` records-file lines, each ending in ``\\n``."""
+        self._buffer[slug].append(text)
         self.slugs.add(slug)
-        self._buffered += 1
+        self._buffered += lines
         if self._buffered >= SPILL_LINES:
             self.flush()
 

@@ -26,10 +26,11 @@ import xml.etree.ElementTree as ElementTree  # noqa: S405 - see _parse_xml for w
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
@@ -347,56 +348,65 @@ class DownloadRecord:
     license: str | None
 
 
+@contextmanager
+def open_member(info: DownloadInfo) -> Iterator[IO[bytes]]:
+    """The download's core file, opened as a stream straight out of the zip."""
+    if info.layout is None:
+        raise InputError(info.path, "file", None, "no core file")
+    archive = _open_zip(info.path)
+    with archive:
+        try:
+            member = archive.open(info.layout.member)
+        except KeyError:
+            raise InputError(
+                info.path, info.layout.member, None, "the file meta.xml names is not in the zip"
+            ) from None
+        with member:
+            yield member
+
+
 def read_records(info: DownloadInfo) -> Iterator[DownloadRecord]:
     """The download's records in file order, streamed from the zip; InputError names the zip, member,
     line and term of the first bad value (and the line reached when the zip's data itself is corrupt)."""
-    archive = _open_zip(info.path)
-    with archive:
-        layout = info.layout
-        if layout is None:
-            raise InputError(info.path, "file", None, "no core file")
-        try:
-            member = archive.open(layout.member)
-        except KeyError:
-            raise InputError(
-                info.path, layout.member, None, "the file meta.xml names is not in the zip"
-            ) from None
+    layout = info.layout
+    if layout is None:
+        raise InputError(info.path, "file", None, "no core file")
+    with open_member(info) as member:
         line = 0  # the last line read, named when the zip's data turns out corrupt
-        with member:
-            encoding = layout.encoding.lower().replace("-", "")
-            try:
-                # utf-8-sig: a byte-order mark is an encoding artefact, not part of the first column's name.
-                text = io.TextIOWrapper(
-                    io.BufferedReader(cast(io.RawIOBase, member), READ_BLOCK),
-                    encoding="utf-8-sig" if encoding == "utf8" else layout.encoding,
-                    newline="",
-                )
-            except LookupError:
-                raise InputError(
-                    info.path, layout.member, "encoding", f"unknown encoding {layout.encoding!r}"
-                ) from None
-            positions = None if info.format == SIMPLE_CSV else _positions(info.path, layout)
-            try:
-                for line, row in _rows(info.path, text, layout):
-                    if positions is None:
-                        # A simple CSV's first line names its columns.
-                        layout = _with_header(layout, row)
-                        positions = _positions(info.path, layout)
-                        continue
-                    if line <= layout.header_lines or row == [] or row == [""]:
-                        continue
-                    yield _checked(info.path, layout, positions, line, row)
-            except (zipfile.BadZipFile, zlib.error, EOFError) as error:
-                raise InputError(
-                    info.path, f"{layout.member} line {line + 1}", None, f"corrupt zip data: {error}"
-                ) from None
-            except UnicodeDecodeError as error:
-                raise InputError(
-                    info.path,
-                    f"{layout.member} line {line + 1}",
-                    None,
-                    f"not valid {layout.encoding}: {error.reason}",
-                ) from None
+        encoding = layout.encoding.lower().replace("-", "")
+        try:
+            # utf-8-sig: a byte-order mark is an encoding artefact, not part of the first column's name.
+            text = io.TextIOWrapper(
+                io.BufferedReader(cast(io.RawIOBase, member), READ_BLOCK),
+                encoding="utf-8-sig" if encoding == "utf8" else layout.encoding,
+                newline="",
+            )
+        except LookupError:
+            raise InputError(
+                info.path, layout.member, "encoding", f"unknown encoding {layout.encoding!r}"
+            ) from None
+        positions = None if info.format == SIMPLE_CSV else _positions(info.path, layout)
+        try:
+            for line, row in _rows(info.path, text, layout):
+                if positions is None:
+                    # A simple CSV's first line names its columns.
+                    layout = _with_header(layout, row)
+                    positions = _positions(info.path, layout)
+                    continue
+                if line <= layout.header_lines or row == [] or row == [""]:
+                    continue
+                yield _checked(info.path, layout, positions, line, row)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            raise InputError(
+                info.path, f"{layout.member} line {line + 1}", None, f"corrupt zip data: {error}"
+            ) from None
+        except UnicodeDecodeError as error:
+            raise InputError(
+                info.path,
+                f"{layout.member} line {line + 1}",
+                None,
+                f"not valid {layout.encoding}: {error.reason}",
+            ) from None
 
 
 def _with_header(layout: TableLayout, header: list[str]) -> TableLayout:

@@ -102,7 +102,10 @@ def record_from_fields(fields: list[str]) -> dict[str, Any]:
             record[term] = float(value)
         position += 1
     if value := fields[position]:
-        record["issues"] = [unescape(issue) for issue in value.split(";")]
+        # Sorted and stripped here, so a records file may hold GBIF's issue text as it came.
+        issues = sorted(unescape(issue).strip() for issue in value.split(";") if issue.strip())
+        if issues:
+            record["issues"] = issues
     return record
 
 
