@@ -98,13 +98,18 @@ def replace_partition_folder(live: Path, write_into: Callable[[Path], None]) -> 
         shutil.rmtree(aside)
 
 
+def staging_file(path: Path) -> Path:
+    """Where a single-file partition is written before it is renamed over ``path``."""
+    return path.with_name(f".{path.name}{STAGING_SUFFIX}")
+
+
 def replace_file(path: Path, data: bytes) -> None:
     """Replace a single-file partition: write ``.<name>.staging`` beside it, then rename over it.
 
     A staging file left by a killed run is deleted first, never appended to or reused.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}{STAGING_SUFFIX}")
+    staging = staging_file(path)
     staging.unlink(missing_ok=True)
     write_file_durably(staging, data)
     os.replace(staging, path)
@@ -116,7 +121,7 @@ def delete_stale_staging_file(path: Path) -> bool:
 
     Called when a partition's step starts, so a stale file goes even when the partition then skips.
     """
-    staging = path.with_name(f".{path.name}{STAGING_SUFFIX}")
+    staging = staging_file(path)
     if staging.exists():
         staging.unlink()
         return True

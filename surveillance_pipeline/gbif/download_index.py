@@ -140,6 +140,9 @@ def ensure_index(info: DownloadInfo, root: Path, registry: Sequence[Species]) ->
             return index
         folder = index_folder(root, info.sha256, registry)
         folder.parent.mkdir(parents=True, exist_ok=True)
+        # Under the lock, any folder still being built was left by a builder that was killed.
+        for stale in folder.parent.glob(".building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
         try:
             _build(info, registry, building)
@@ -154,17 +157,26 @@ def ensure_index(info: DownloadInfo, root: Path, registry: Sequence[Species]) ->
     return index
 
 
-def prune_indexes(root: Path, keep_sha256: Iterable[str]) -> list[str]:
-    """Delete the indexes of zips no longer in the folder; returns what was deleted."""
+def prune_indexes(root: Path, keep_sha256: Iterable[str], registry: Sequence[Species]) -> list[str]:
+    """Delete the indexes of zips no longer in the folder, and those built for another registry; returns
+    what was deleted (a removed download's index would otherwise stay on disk for good)."""
     if not root.is_dir():
         return []
     keep = set(keep_sha256)
+    current = registry_version(registry)[:16]
     removed: list[str] = []
     with _locked(root / ".lock"):
         for entry in sorted(root.iterdir()):
-            if entry.is_dir() and not entry.name.startswith(".") and entry.name not in keep:
+            if not entry.is_dir() or entry.name.startswith("."):
+                continue
+            if entry.name not in keep:
                 shutil.rmtree(entry)
                 removed.append(entry.name)
+                continue
+            for version in sorted(entry.iterdir()):
+                if version.is_dir() and not version.name.startswith(".") and version.name != current:
+                    shutil.rmtree(version)
+                    removed.append(f"{entry.name}/{version.name}")
     return removed
 
 
@@ -462,7 +474,7 @@ def open_downloads(
         indexes: tuple[DownloadIndex | None, ...] = tuple(
             ensure_index(info, index_root, registry) for info in downloads
         )
-        prune_indexes(index_root, (info.sha256 for info in downloads))
+        prune_indexes(index_root, (info.sha256 for info in downloads), registry)
     else:
         indexes = tuple(load_index(info, index_root, registry) for info in downloads)
     return DownloadsFolder(downloads, indexes, listing.ignored)

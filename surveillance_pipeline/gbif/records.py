@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.partition_files import staging_file
 
 # The occurrence-search fields a record keeps, by type. Everything else in a download is left out: derive
 # and geocoded_localities read only these.
@@ -119,7 +120,7 @@ class RecordsWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows = 0
-        self._partial = path.with_name(path.name + f".{os.getpid()}.partial")
+        self._partial = staging_file(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._raw = _HashingFile(self._partial.open("wb"))
         # filename="" and mtime=0: the gzip header then holds nothing but the fixed flags.
@@ -180,7 +181,7 @@ class _HashingFile(io.RawIOBase):
 
 def copy_records(source: Path, target: Path, expected_sha256: str) -> str:
     """Copy a records file (beside the target, then renamed over it), checking it is the one expected."""
-    partial = target.with_name(target.name + f".{os.getpid()}.partial")
+    partial = staging_file(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     try:

@@ -38,6 +38,7 @@ from surveillance_pipeline.occurrences.load import (
     verified_derived_file,
 )
 from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.occurrences.raw import records_path
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import (
     PartitionEvents,
@@ -128,6 +129,7 @@ def gbif_raw(
             species = species_by_slug(slug)
             raw_path = paths.raw(slug)
             delete_stale_staging_file(raw_path)
+            delete_stale_staging_file(records_path(raw_path))
             ingest_outcome = ingest_species_from_downloads(indexes, species, raw_path)
             if ingest_outcome is None:
                 ingest_outcome = ingest_species(search_client(), species, raw_path)

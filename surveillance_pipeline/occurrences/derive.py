@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.partition_files import staging_file
 from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.gbif.records import MAX_GBIF_ID, ZERO_COORDINATE
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
@@ -216,7 +217,7 @@ def _blocks(lines: Iterable[str], size: int = 1 << 20) -> Iterator[bytes]:
 def _replace(target: Path, blocks: Iterable[bytes], keep_if_equal: bool = False) -> str:
     """Write ``blocks`` beside ``target`` and rename over it (kept as it is when already equal)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    partial = staging_file(target)
     digest = hashlib.sha256()
     try:
         with partial.open("wb") as handle:
