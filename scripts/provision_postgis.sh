@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Make a PostgreSQL + PostGIS server available and write .local/env.sh, which the Makefile sources.
 #
-# - SURVEILLANCE_DATABASE_URL set and reaching a server with PostGIS: use it (Dagster's storage goes to a
-#   `dagster` database on the same server when it exists or can be created, else into the same database).
+# - SURVEILLANCE_DATABASE_URL set and reaching a server with PostGIS: use it.
 # - Otherwise, on Debian/Ubuntu as root: install PostgreSQL and Debian's PostGIS if missing, start the
 #   cluster, create role `surveillance` (password generated once per user, kept in
-#   ~/.config/surveillance_pipeline/db-password, mode 600), the
-#   `surveillance` database with the postgis extension, and the `dagster` database.
+#   ~/.config/surveillance_pipeline/db-password, mode 600) and the `surveillance` database with the
+#   postgis extension.
+# - Either way, Dagster's storage is the warehouse's own: the database `dagster_<warehouse database>` on
+#   the same server (DAGSTER_PG_DB names another), created when missing; two warehouses on one server
+#   never share run history, sensor cursors or data versions. A role that may not create a database
+#   shares the warehouse database instead.
 # - Anything else: stop, saying what to install.
 # - Either way: the geocoder ledger's HMAC salt (GEOCODER_LEDGER_SALT) is generated once per user, kept in
 #   ~/.config/surveillance_pipeline/geocoder-ledger-salt (mode 600), and written into .local/env.sh, unless
@@ -62,22 +65,24 @@ PY
   chmod 600 "$env_file"
 }
 
-# Prints the name of the database Dagster should use on the server at $1, creating `dagster` if allowed.
+# Prints the name of the database Dagster should use for the warehouse at $1 (DAGSTER_PG_DB, else
+# dagster_<warehouse database>), creating it if allowed.
 probe() {
-  "$python" - "$1" <<'PY'
-import sys
+  DAGSTER_PG_DB="${DAGSTER_PG_DB:-}" "$python" - "$1" <<'PY'
+import os, sys
 import psycopg
 from psycopg import sql
 url = sys.argv[1]
 with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
     conn.execute("SELECT postgis_full_version()")
-    if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'dagster'").fetchone() is None:
+    wanted = os.environ["DAGSTER_PG_DB"] or f"dagster_{conn.info.dbname}"
+    if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [wanted]).fetchone() is None:
         try:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier("dagster")))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(wanted)))
         except psycopg.Error:
             print(conn.info.dbname)  # no right to create one: share the warehouse database
             raise SystemExit(0)
-    print("dagster")
+    print(wanted)
 PY
 }
 
@@ -133,13 +138,13 @@ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'surveillance') \gexec
 SELECT format('ALTER ROLE surveillance PASSWORD %L', :'password') \gexec
 SELECT 'CREATE DATABASE surveillance OWNER surveillance'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'surveillance') \gexec
-SELECT 'CREATE DATABASE dagster OWNER surveillance'
-WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'dagster') \gexec
 SQL
 # PostGIS in template1 too, so databases the tests create get it without superuser rights.
 for database in surveillance template1; do
   as_postgres -d "$database" -c "CREATE EXTENSION IF NOT EXISTS postgis"
 done
 
-write_env "postgresql://surveillance:$password@127.0.0.1:$port/surveillance" dagster
-say "PostgreSQL $major with PostGIS ready on 127.0.0.1:$port (databases surveillance, dagster)"
+url="postgresql://surveillance:$password@127.0.0.1:$port/surveillance"
+dagster_db=$(probe "$url")
+write_env "$url" "$dagster_db"
+say "PostgreSQL $major with PostGIS ready on 127.0.0.1:$port (warehouse surveillance, Dagster storage $dagster_db)"

@@ -21,6 +21,7 @@ from surveillance_pipeline.places.geocoder import (
 )
 from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
+from surveillance_pipeline.run_health import dead_runs_sensor
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.settings import (
     DATABASE_URL_VARIABLE,
@@ -71,7 +72,7 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
         executor=dg.in_process_executor,
         jobs=jobs_for(assets),
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB)],
-        sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB)],
+        sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB), dead_runs_sensor],
         resources=resources,
     )
     return dg.Definitions.merge(*DOMAINS, operations)

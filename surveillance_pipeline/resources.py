@@ -23,6 +23,7 @@ from surveillance_pipeline.places.geocoder import (
     HttpGeocoder,
     LabGeocoder,
 )
+from surveillance_pipeline.run_health import claim_run_process
 
 SOURCES = (LAB_SOURCE, API_SOURCE, DOWNLOAD_SOURCE)
 
@@ -31,6 +32,12 @@ class Warehouse(dg.ConfigurableResource):
     """The PostGIS database our targets live in. The URL (with its password) comes from the environment."""
 
     database_url: str
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Every pooled step's run sets the warehouse up before its first step claims a pool slot: the
+        # moment to give back the slots of runs whose process was killed (run_health says why).
+        if context.instance is not None and context.dagster_run is not None:
+            claim_run_process(context.instance, context.dagster_run, context.log)
 
     def connect(self) -> psycopg.Connection:
         """An autocommit connection: every write happens inside an explicit ``conn.transaction()``."""

@@ -7,6 +7,11 @@ holds A exactly, that its state row describes A, and that the next run loads B (
 import pytest
 
 from surveillance_pipeline.core import faults
+from surveillance_pipeline_tests.faults.dagster_runs import (
+    killed_cli_run_trial,
+    two_warehouses_trial,
+    waiting_run_stopped_trial,
+)
 from surveillance_pipeline_tests.faults.harness import (
     Bench,
     Tally,
@@ -83,3 +88,33 @@ def test_a_fault_point_is_inert_unless_named(monkeypatch, tmp_path):
     (tmp_path / "signal.release").touch()
     faults.fault_point(faults.MID_COPY)
     assert signal_file.read_text().split()[0] == faults.MID_COPY
+
+
+def test_a_killed_cli_run_holding_its_pool_slot_does_not_block_the_next_run(bench, server_url):
+    tally = Tally("SIGKILL of a CLI run holding its pool slot")
+    killed_cli_run_trial(bench, tally, server_url, 0)
+    _assert_passed(tally)
+    assert "held the slot" in tally.notes[0], tally.notes
+
+
+def test_a_cli_run_waiting_for_a_pool_slot_says_who_holds_it_and_stops_on_sigterm(bench, server_url):
+    tally = Tally("SIGTERM while waiting")
+    waiting_run_stopped_trial(bench, tally, server_url, 0)
+    _assert_passed(tally)
+
+
+def test_two_warehouses_on_one_server_keep_their_deliveries_and_runs_apart(bench, server_url):
+    tally = Tally("two warehouses")
+    two_warehouses_trial(bench, tally, server_url, 0)
+    _assert_passed(tally)
+
+
+def test_a_once_fault_point_fires_only_while_its_signal_file_is_absent(monkeypatch, tmp_path):
+    signal_file = tmp_path / "signal"
+    signal_file.write_text("before_commit 1 0\n")
+    monkeypatch.setenv(faults.FAULT_SIGNAL_VARIABLE, str(signal_file))
+    monkeypatch.setenv(faults.FAULT_POINT_VARIABLE, faults.BEFORE_COMMIT)
+    monkeypatch.setenv(faults.FAULT_ONCE_VARIABLE, "1")
+    # Already fired once (the signal file is there): returns instead of killing this process.
+    faults.fault_point(faults.BEFORE_COMMIT)
+    assert signal_file.read_text() == "before_commit 1 0\n"

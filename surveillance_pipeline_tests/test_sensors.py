@@ -15,6 +15,7 @@ from surveillance_pipeline.ledger.sensors import batches_sensor
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
+from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, resources
 
 pytestmark = pytest.mark.db
@@ -74,6 +75,25 @@ def test_deliveries_sensor_requests_only_when_the_key_moves(db, database_url, da
     assert request_a_again.run_key.split("|")[1] == request_a.run_key.split("|")[1]
     assert request_a_again.run_key != request_a.run_key
     assert json.loads(third.cursor)[DEVIL]["trigger"] == 3
+
+
+def test_deliveries_sensor_decides_by_the_warehouse_not_by_dagsters_event_log(
+    db, database_url, server_url, data_dir, instance
+):
+    """Two warehouses on one server: what one instance recorded says nothing of the other warehouse."""
+    write_lab_delivery(data_dir, "A", "2026-11-02")
+    definitions = assemble(resources(database_url, data_dir))
+    [request] = _tick(deliveries_sensor, instance, definitions)[0].run_requests
+    _materialize_request(request, instance, database_url, data_dir)
+    assert _tick(deliveries_sensor, instance, definitions)[0].run_requests == []
+    # Another instance, same warehouse: it never saw the load, and still nothing is to be done.
+    with dg.instance_for_test() as fresh:
+        assert _tick(deliveries_sensor, fresh, definitions)[0].run_requests == []
+    # The same instance (it recorded A's key), another warehouse that holds nothing: A must be loaded there.
+    with scratch_database(server_url, "second_warehouse") as second_warehouse:
+        elsewhere = assemble(resources(second_warehouse, data_dir))
+        [needed] = _tick(deliveries_sensor, instance, elsewhere)[0].run_requests
+    assert needed.asset_selection == [devil_snapshot.key]
 
 
 def test_deliveries_sensor_names_a_bad_delivery_and_requests_nothing(db, database_url, data_dir, instance):

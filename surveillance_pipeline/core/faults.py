@@ -23,6 +23,9 @@ import psycopg
 FAULT_POINT_VARIABLE = "SURVEILLANCE_FAULT_POINT"
 FAULT_ACTION_VARIABLE = "SURVEILLANCE_FAULT_ACTION"
 FAULT_SIGNAL_VARIABLE = "SURVEILLANCE_FAULT_SIGNAL"
+# Set: the point fires only while its signal file does not exist yet, so of the runs a long-lived server
+# (dagster dev) starts with one environment, only the first is killed.
+FAULT_ONCE_VARIABLE = "SURVEILLANCE_FAULT_ONCE"
 KILL = "kill"
 BLOCK = "block"
 # The points the loaders name; the suite iterates over these.
@@ -39,6 +42,8 @@ def fault_point(name: str, conn: psycopg.Connection | None = None) -> None:
     if os.environ.get(FAULT_POINT_VARIABLE) != name:
         return
     signal_path = os.environ.get(FAULT_SIGNAL_VARIABLE)
+    if signal_path and os.environ.get(FAULT_ONCE_VARIABLE) and Path(signal_path).exists():
+        return
     if signal_path:
         backend = conn.info.backend_pid if conn is not None else 0
         staging = Path(f"{signal_path}.staging")

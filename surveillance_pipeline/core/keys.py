@@ -36,6 +36,28 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+# sha256 of files this process has hashed, by what identifies their bytes on disk. A run over many
+# partitions asks for the sha256 of one large file several times (gbif_raw's skip, gbif_derived's and
+# occurrences' checks of the same records and derived files); the bytes are read once per process.
+_hashed_files: dict[tuple[str, int, int, int], str] = {}
+HASHED_FILES_KEPT = 4096
+
+
+def sha256_file_once(path: Path) -> str:
+    """``sha256_file``, remembered in this process while the file's inode, size and modification time
+    (nanoseconds) stay the same: any write or replacement changes one of them, so an edited file is
+    hashed again."""
+    stat = path.stat()
+    identity = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    digest = _hashed_files.get(identity)
+    if digest is None:
+        digest = sha256_file(path)
+        if len(_hashed_files) >= HASHED_FILES_KEPT:
+            _hashed_files.clear()
+        _hashed_files[identity] = digest
+    return digest
+
+
 @dataclass(frozen=True)
 class JobKeyParts:
     """What shapes a target's rows. Connection settings never belong here."""

@@ -171,6 +171,17 @@ def refresh_partition(
     return outcome
 
 
+def held_job_key(conn: psycopg.Connection, job: str, partition_key: str) -> str | None:
+    """The key a target holds now, by its state row (no lock: for a sensor's guess, not for a load)."""
+    present = conn.execute("SELECT to_regclass('job_state') IS NOT NULL").fetchone()
+    if not present or not present[0]:
+        return None
+    row = conn.execute(
+        "SELECT job_key FROM job_state WHERE job = %s AND partition_key = %s", [job, partition_key]
+    ).fetchone()
+    return row[0] if row else None
+
+
 def last_loaded_parts(conn: psycopg.Connection, job: str, partition_key: str) -> dict[str, Any] | None:
     row = conn.execute(load_sql(CORE, "select_last_loaded_parts"), [job, partition_key]).fetchone()
     return row[0] if row else None

@@ -63,8 +63,9 @@ INDEX_FORMAT = 1
 INDEX_FILE = "index.json"
 # Lines buffered for all spill files together before they are written out (about 100 bytes a line).
 SPILL_LINES = 200_000
-# Lines of one part sorted in memory at a time (a few hundred MB at most); longer parts merge runs.
-SORT_RUN = 1_000_000
+# Lines of one part sorted in memory at a time (some 40 MB); longer parts are sorted in runs merged from
+# disk, so the largest species costs no more memory than a small one.
+SORT_RUN = 200_000
 
 
 @dataclass(frozen=True)
@@ -287,6 +288,7 @@ def _split_by_columns(
             spill.add_block(registry[species_index].slug, "\n".join(lines) + "\n", len(lines))
     spill.flush()
     every_key = np.concatenate(keys) if keys else np.empty(0, np.int64)
+    keys.clear()  # one copy of the ids at a time: 8 bytes a record
     every_key.sort()
     if every_key.size and bool(np.any(every_key[1:] == every_key[:-1])):
         raise ColumnarUnavailable("a duplicate gbifID: the row reader names its lines")

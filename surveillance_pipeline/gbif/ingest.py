@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import sha256_file_once, sha256_hex
 from surveillance_pipeline.gbif.client import GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
 from surveillance_pipeline.gbif.downloads import DOWNLOAD_SOURCE, DownloadInfo
@@ -110,7 +110,7 @@ def ingest_species_from_downloads(
         and previous.request == request
         and previous.records_file == records_file.name
         and records_file.is_file()
-        and sha256_file(records_file) == previous.records_sha256
+        and sha256_file_once(records_file) == previous.records_sha256
     ):
         return IngestOutcome(
             request,

@@ -32,6 +32,15 @@ def ensure_ledger(conn: psycopg.Connection) -> None:
         conn.execute(load_sql(PACKAGE, "create_batch_ledger"))
 
 
+def applied_checksums(conn: psycopg.Connection, target: str) -> set[str]:
+    """The batches the ledger has applied to ``target`` (none before the ledger exists)."""
+    present = conn.execute("SELECT to_regclass('batch_ledger') IS NOT NULL").fetchone()
+    if not present or not present[0]:
+        return set()
+    rows = conn.execute("SELECT checksum FROM batch_ledger WHERE target = %s", [target]).fetchall()
+    return {row[0] for row in rows}
+
+
 def apply_batch_once(
     conn: psycopg.Connection,
     *,

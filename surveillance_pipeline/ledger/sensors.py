@@ -1,7 +1,8 @@
 """The batches sensor: a new (or corrected) file in data/batches/ -> a run for that day's partition.
 
-Launch-level skip: a day whose recorded data version is already the file's sha256 requests nothing. The
-run key is the day plus the sha256, so each distinct batch is requested once; the ledger still decides.
+Launch-level skip: a file whose sha256 the warehouse's batch ledger has applied requests nothing (the
+ledger is what the asset itself decides by, so the sensor and the asset agree whatever Dagster's event
+log holds). The run key is the day plus the sha256, so each distinct batch is requested once.
 """
 
 from datetime import date
@@ -10,8 +11,9 @@ import dagster as dg
 
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.ledger.assets import batch_days, occurrence_batches
-from surveillance_pipeline.reporting import recorded_data_version
-from surveillance_pipeline.resources import DataPaths
+from surveillance_pipeline.ledger.batches import applied_checksums
+from surveillance_pipeline.ledger.feed import TARGET
+from surveillance_pipeline.resources import DataPaths, Warehouse
 
 
 @dg.sensor(
@@ -20,8 +22,12 @@ from surveillance_pipeline.resources import DataPaths
     minimum_interval_seconds=10,
     description="A new or corrected data/batches/<day>.csv -> a run of occurrence_batches for that day.",
 )
-def batches_sensor(context: dg.SensorEvaluationContext, paths: DataPaths) -> dg.SensorResult:
+def batches_sensor(
+    context: dg.SensorEvaluationContext, paths: DataPaths, warehouse: Warehouse
+) -> dg.SensorResult:
     requests, notes = [], []
+    with warehouse.connect() as conn:
+        applied = applied_checksums(conn, TARGET)
     valid_days = set(batch_days.get_partition_keys(dynamic_partitions_store=context.instance))
     for path in sorted(paths.batches().glob("*.csv")):
         day = path.stem
@@ -34,7 +40,7 @@ def batches_sensor(context: dg.SensorEvaluationContext, paths: DataPaths) -> dg.
             notes.append(f"{path.name}: {day} is not a partition of occurrence_batches")
             continue
         checksum = sha256_file(path)
-        if recorded_data_version(context.instance, occurrence_batches.key, day) == checksum:
+        if checksum in applied:
             continue
         requests.append(dg.RunRequest(run_key=f"{day}|{checksum}", partition_key=day))
     return dg.SensorResult(

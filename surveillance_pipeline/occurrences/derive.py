@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import (
+    JobKeyParts,
+    canonical_json,
+    sha256_file,
+    sha256_file_once,
+    sha256_hex,
+)
 from surveillance_pipeline.core.partition_files import staging_file
 from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.gbif.records import MAX_GBIF_ID, ZERO_COORDINATE
@@ -84,9 +90,9 @@ def memo_holds(raw_path: Path, memo_job_key: str, memo_sha256: str | None, deriv
     snapshot = parse_raw_snapshot(raw_path, raw)
     if snapshot.records_file is not None:
         records = raw_path.with_name(snapshot.records_file)
-        if not records.is_file() or sha256_file(records) != snapshot.records_sha256:
+        if not records.is_file() or sha256_file_once(records) != snapshot.records_sha256:
             return False
-    return sha256_file(derived_path) == memo_sha256
+    return sha256_file_once(derived_path) == memo_sha256
 
 
 def derive_parts(raw_sha256: str) -> JobKeyParts:

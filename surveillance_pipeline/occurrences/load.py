@@ -15,7 +15,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,
     TargetSchema,
@@ -122,7 +122,7 @@ def _first_difference(a: Path, b: Path) -> str:
 
 def occurrence_job_parts(derived: bytes | Path, rules: OccurrenceRules) -> JobKeyParts:
     return JobKeyParts(
-        input=sha256_file(derived) if isinstance(derived, Path) else sha256_hex(derived),
+        input=sha256_file_once(derived) if isinstance(derived, Path) else sha256_hex(derived),
         transform=TRANSFORM_VERSION,
         config=rules.as_config(),
         schema=SCHEMA_VERSION,

@@ -1,9 +1,11 @@
 """The deliveries sensor: a new or changed delivery -> observe it, and run its snapshot only if the key moves.
 
 The would-be job key is computed here exactly as the asset will compute it (the delivery's sha256, the
-current transform and schema versions, the checked-in config); when it equals the data version Dagster
-recorded for the snapshot, nothing is requested. Run keys carry a trigger counter kept in the cursor, so
-a return to an earlier delivery (A, B, A) is a new trigger, not a duplicate Dagster would drop forever.
+current transform and schema versions, the checked-in config); when it equals the key the warehouse's own
+state row says the snapshot holds, nothing is requested. The warehouse, not Dagster's event log, is the
+truth the asset uses: two warehouses, or an instance that did not see a load, cannot mislead the sensor.
+Run keys carry a trigger counter kept in the cursor, so a return to an earlier delivery (A, B, A) is a
+new trigger, not a duplicate Dagster would drop forever.
 """
 
 import json
@@ -12,8 +14,9 @@ from dataclasses import dataclass
 import dagster as dg
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.reporting import DATA_VERSION_TAG, recorded_data_version
-from surveillance_pipeline.resources import DataPaths
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, held_job_key
+from surveillance_pipeline.reporting import DATA_VERSION_TAG
+from surveillance_pipeline.resources import DataPaths, Warehouse
 from surveillance_pipeline.run_config import op_config, run_config_for
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import DevilSnapshotConfig, devil_delivery, devil_snapshot
@@ -44,7 +47,9 @@ SNAPSHOT_TARGETS = (SnapshotTarget(devil.DEVIL_SLUG, devil_delivery.key, devil_s
     description="A new or changed file under data/deliveries/<species>/ -> its snapshot, "
     "when the job key moves.",
 )
-def deliveries_sensor(context: dg.SensorEvaluationContext, paths: DataPaths) -> dg.SensorResult:
+def deliveries_sensor(
+    context: dg.SensorEvaluationContext, paths: DataPaths, warehouse: Warehouse
+) -> dg.SensorResult:
     cursor = json.loads(context.cursor) if context.cursor else {}
     run_requests, observations, skipped = [], [], []
     for target in SNAPSHOT_TARGETS:
@@ -69,7 +74,9 @@ def deliveries_sensor(context: dg.SensorEvaluationContext, paths: DataPaths) -> 
                 )
             )
         key = target.would_be_key(delivery)
-        if key == recorded_data_version(context.instance, target.snapshot.key):
+        with warehouse.connect() as conn:
+            held = held_job_key(conn, devil.JOB, WHOLE_TARGET)
+        if key == held:
             skipped.append(
                 f"{target.slug}: nothing changed ({path.name} is what {target.snapshot.key.path[-1]} holds)"
             )

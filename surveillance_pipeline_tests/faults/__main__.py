@@ -1,7 +1,8 @@
 """``make faults``: run the fault trials and print the table (fault, trials, intact, consistent, converged).
 
     python -m surveillance_pipeline_tests.faults [--kills 20] [--restarts 10] [--terminates 6]
-                                                [--concurrency 2,3,4]
+                                                [--concurrency 2,3,4] [--dagster-kills 3]
+                                                [--daemon-kills 2] [--warehouses 1]
 
 Kills, dropped connections and overlapping runs use a scratch database on the project's server; the
 restarts use a private throwaway cluster (cluster.py), so no other user of the server is disturbed.
@@ -23,6 +24,12 @@ from pathlib import Path
 from surveillance_pipeline.core.faults import FAULT_POINTS
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.faults.cluster import PrivateCluster
+from surveillance_pipeline_tests.faults.dagster_runs import (
+    killed_cli_run_trial,
+    killed_daemon_run_trial,
+    two_warehouses_trial,
+    waiting_run_stopped_trial,
+)
 from surveillance_pipeline_tests.faults.harness import (
     TARGETS,
     Bench,
@@ -117,6 +124,23 @@ def run_pools(bench: Bench, counts: list[int], server_url: str) -> list[Tally]:
     return tallies
 
 
+def run_dagster_rows(bench: Bench, server_url: str, cli: int, daemon: int, warehouses: int) -> list[Tally]:
+    """Kills of runs Dagster started (CLI and daemon) holding a pool slot, and two warehouses apart."""
+    rows = [
+        (Tally("SIGKILL of a CLI run holding its pool slot"), killed_cli_run_trial, cli),
+        (Tally("SIGKILL of a daemon-launched run (dagster dev)"), killed_daemon_run_trial, daemon),
+        (Tally("SIGTERM to a CLI run waiting for its pool slot"), waiting_run_stopped_trial, cli),
+        (Tally("two warehouses on one server, a delivery to one"), two_warehouses_trial, warehouses),
+    ]
+    tallies = []
+    for tally, trial, count in rows:
+        for number in range(count):
+            trial(bench, tally, server_url, number)
+        if tally.trials:
+            tallies.append(tally)
+    return tallies
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -126,6 +150,9 @@ def main() -> int:
     parser.add_argument("--terminates", type=int, default=len(COMBINATIONS))
     parser.add_argument("--concurrency", default="2,3,4", help="comma-separated process counts")
     parser.add_argument("--pools", default="2,3", help="process counts for runs through one instance's pools")
+    parser.add_argument("--dagster-kills", type=int, default=3, help="CLI runs killed holding a pool slot")
+    parser.add_argument("--daemon-kills", type=int, default=2, help="daemon runs killed under dagster dev")
+    parser.add_argument("--warehouses", type=int, default=1, help="two-warehouse trials")
     arguments = parser.parse_args()
     counts = [int(n) for n in arguments.concurrency.split(",") if n.strip()]
     pool_counts = [int(n) for n in arguments.pools.split(",") if n.strip()]
@@ -148,6 +175,9 @@ def main() -> int:
             )
             tallies += run_concurrency(bench, counts)
             tallies += run_pools(bench, pool_counts, server_url) if pool_counts else []
+            tallies += run_dagster_rows(
+                bench, server_url, arguments.dagster_kills, arguments.daemon_kills, arguments.warehouses
+            )
         if arguments.restarts:
             cluster = PrivateCluster()
             try:

@@ -202,6 +202,11 @@ class Bench:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             yield conn
 
+    @contextmanager
+    def connect_to(self, database_url: str) -> Iterator[psycopg.Connection]:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            yield conn
+
     def calibrate(self) -> None:
         """Load A then B of each target once, recording what each looks like when loaded cleanly."""
         with self.connect() as conn:

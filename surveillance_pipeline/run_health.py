@@ -1,0 +1,237 @@
+"""Dead runs must not block live ones: a run whose process is gone gives back its pool slots.
+
+Every asset names a pool with a limit of one, and Dagster keeps a step's slot until its run ends. A run
+killed outright (SIGKILL, the machine's OOM killer, a lost laptop lid) never ends in Dagster's eyes: it
+stays STARTED and keeps its slot, and every later run of that target waits behind it for good. Run
+monitoring (dagster.yaml) cannot see it either: the default run launcher has no worker health check, and a
+``dagster asset materialize`` run has no launcher at all.
+
+A run that waits for a slot must also stop when told to. Dagster defers SIGINT/SIGTERM outside a step's
+own code (it only notes them, to act at the next step), so a run waiting for a slot ignored both and
+waited on. ``stop_promptly_while_waiting`` keeps Dagster's handling and adds one thing: a signal that
+finds the run waiting for a slot ends the wait at once with a KeyboardInterrupt, which Dagster reports
+as an interrupted run (its claims are released). A signal that comes mid-step is Dagster's, as before.
+
+So each run says where it runs: when its resources are set up (before any step claims a slot), the run is
+tagged with its host, its process id and that process's start time. Then, still before any step claims
+a slot, it looks at the runs Dagster believes are alive: one that ran on this host in a process that is
+gone (no such pid, or a pid reused by a younger process) is marked failed, with a log line naming it, and
+its slots are freed. Runs on other hosts are left to their own host. The runs holding the slots of the
+pools this run will need are named in its log, so a run that waits says who it waits for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import dagster as dg
+
+HOST_TAG = "surveillance/host"
+PID_TAG = "surveillance/pid"
+PID_START_TAG = "surveillance/pid_start"
+ALIVE = (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING)
+# Dagster's executor loop, and the call in it that runs one step: a run in the first but not the second
+# is between steps, which is where it waits for a pool slot. Pinned by test_faults (a CLI run waiting for
+# a slot stops on SIGTERM), so a Dagster upgrade that renames them fails a test, not a user's shutdown.
+EXECUTOR_LOOP_FRAME = "inner_plan_execution_iterator"
+STEP_FRAME = "dagster_event_sequence_for_step"
+# How long after a signal the run may still be inside Dagster's own bookkeeping before it reaches the wait.
+SIGNAL_WATCH_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    host: str
+    pid: int
+    start: str
+
+    @classmethod
+    def current(cls) -> RunProcess:
+        return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()) or "")
+
+    def tags(self) -> dict[str, str]:
+        return {HOST_TAG: self.host, PID_TAG: str(self.pid), PID_START_TAG: self.start}
+
+    @classmethod
+    def from_tags(cls, tags: dict[str, str]) -> RunProcess | None:
+        if HOST_TAG not in tags or PID_TAG not in tags or not tags[PID_TAG].isdigit():
+            return None
+        return cls(tags[HOST_TAG], int(tags[PID_TAG]), tags.get(PID_START_TAG, ""))
+
+    def is_gone(self) -> bool:
+        """Whether this process has ended. Only answerable on its own host; elsewhere, False."""
+        if self.host != socket.gethostname():
+            return False
+        start = process_start(self.pid)
+        if start is None:
+            return True
+        # The pid lives on, but as another process (pids are reused): the run's own process is gone.
+        return bool(self.start) and start != self.start
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: count fields after its end.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def claim_run_process(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, log: dg.DagsterLogManager | None
+) -> None:
+    """Tag ``run`` with this process, then fail the dead runs on this host and free their slots."""
+    stop_promptly_while_waiting()
+    process = RunProcess.current()
+    if RunProcess.from_tags(dict(run.tags)) != process:
+        instance.add_run_tags(run.run_id, process.tags())
+    for dead in release_dead_runs(instance, exclude=run.run_id):
+        if log is not None:
+            log.warning(
+                f"run {dead.run_id} ({dead.job_name}) was still {dead.status.value} in Dagster, but its "
+                f"process {dead.tags.get(PID_TAG)} on {dead.tags.get(HOST_TAG)} is gone: marked failed, "
+                "its pool slots freed"
+            )
+    if log is not None:
+        # Every pool, not only this run's: a run's plan is not at hand where resources are set up.
+        pools = sorted(instance.event_log_storage.get_concurrency_keys())
+        for line in slot_holders(instance, pools, exclude=run.run_id):
+            log.info(line)
+
+
+def stop_promptly_while_waiting() -> None:
+    """Make SIGINT and SIGTERM end a wait for a pool slot at once (see the module's docstring).
+
+    Dagster's own handler stays in place. The signal is seen a second way: ``signal.set_wakeup_fd``
+    writes every signal's number to a socket, whatever Python handler runs, and a watcher thread reads
+    it. When the main thread is then in the executor's loop and not inside a step, the watcher raises
+    KeyboardInterrupt in it; inside a step (or once a step starts) Dagster's handling applies unchanged.
+    """
+    global _watcher
+    if threading.current_thread() is not threading.main_thread() or _watcher is not None:
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        previous = signal.set_wakeup_fd(writer.fileno())
+    except ValueError:
+        return  # not the main thread of the main interpreter
+    if previous != -1:
+        signal.set_wakeup_fd(previous)  # someone else's (an event loop's): leave it to them
+        return
+    main = threading.main_thread().ident
+    # Both ends live as long as the process: the signal machinery writes to the writer's descriptor.
+    _wakeup_sockets.extend((reader, writer))
+    _watcher = threading.Thread(target=_watch_signals, args=(reader, main), daemon=True)
+    _watcher.start()
+
+
+_watcher: threading.Thread | None = None
+_wakeup_sockets: list[socket.socket] = []
+
+
+def _watch_signals(reader: socket.socket, main: int | None) -> None:
+    while True:
+        received = reader.recv(64)
+        if not any(number in (signal.SIGINT, signal.SIGTERM) for number in received):
+            continue
+        deadline = time.monotonic() + SIGNAL_WATCH_SECONDS
+        while time.monotonic() < deadline and main is not None:
+            state = _executor_state(sys._current_frames().get(main))  # noqa: SLF001 - stdlib's view of a thread
+            if state == "waiting":
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(main), ctypes.py_object(KeyboardInterrupt)
+                )
+                break
+            if state in ("in step", "done"):
+                break  # Dagster's own interrupt handling has it from here
+            time.sleep(0.05)
+
+
+def _executor_state(frame: FrameType | None) -> str:
+    """``waiting`` in the executor's loop between steps, ``in step``, or ``done`` (no run executing)."""
+    names = set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    if STEP_FRAME in names:
+        return "in step"
+    if EXECUTOR_LOOP_FRAME in names:
+        return "waiting"
+    return "done"
+
+
+def release_dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[dg.DagsterRun]:
+    """Mark failed every run Dagster thinks alive whose process on this host is gone, and free the slots
+    (claimed or queued for) of those runs and of runs that ended without giving theirs back."""
+    released = []
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=list(ALIVE))):
+        run = record.dagster_run
+        process = RunProcess.from_tags(dict(run.tags))
+        if run.run_id == exclude or process is None or not process.is_gone():
+            continue
+        instance.report_run_failed(
+            run, f"its process {process.pid} on {process.host} is gone (killed): marked failed by a later run"
+        )
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run)
+    storage = instance.event_log_storage
+    for pool in sorted(storage.get_concurrency_keys()):
+        info = storage.get_concurrency_info(pool)
+        for run_id in sorted(info.active_run_ids | {step.run_id for step in info.pending_steps}):
+            holder = instance.get_run_by_id(run_id)
+            # An interrupted run's queued claim, or a finished run's slot: nothing will ever give it back.
+            if run_id != exclude and holder is not None and holder.status not in ALIVE:
+                storage.free_concurrency_slots_for_run(run_id)
+    return released
+
+
+def slot_holders(instance: dg.DagsterInstance, pools: Iterable[str], exclude: str | None = None) -> list[str]:
+    """One line per pool slot another run holds: which run, which step, which process."""
+    lines = []
+    for pool in pools:
+        info = instance.event_log_storage.get_concurrency_info(pool)
+        for slot in info.claimed_slots:
+            if slot.run_id == exclude:
+                continue
+            holder = instance.get_run_by_id(slot.run_id)
+            where = ""
+            if holder is not None and (process := RunProcess.from_tags(dict(holder.tags))) is not None:
+                where = f", process {process.pid} on {process.host}"
+            status = holder.status.value if holder is not None else "unknown to this instance"
+            lines.append(
+                f"pool {pool}: slot held by run {slot.run_id} step {slot.step_key} ({status}{where})"
+            )
+    return lines
+
+
+@dg.sensor(
+    name="dead_runs_sensor",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Every 30 s: a run Dagster thinks alive whose process on this host is gone is marked "
+    "failed and its pool slots are freed, so runs queued behind it can start.",
+)
+def dead_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    # Queued runs may wait for a slot before any code of theirs runs; this frees it without them. The
+    # daemon's sensors run on the host that launches run workers, so the processes are its own.
+    released = release_dead_runs(context.instance)
+    if not released:
+        return dg.SkipReason("no dead run holds anything")
+    return dg.SkipReason(
+        "marked failed, slots freed: "
+        + ", ".join(f"{run.run_id} (pid {run.tags.get(PID_TAG)} gone)" for run in released)
+    )

@@ -1,0 +1,33 @@
+"""Which runs' processes are gone: the judgement run_health makes before it frees a dead run's slots."""
+
+import os
+import socket
+import subprocess
+import sys
+
+from surveillance_pipeline.run_health import RunProcess, process_start
+
+
+def test_this_process_is_alive_and_a_finished_one_is_gone():
+    assert not RunProcess.current().is_gone()
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    pid = int(finished.stdout)
+    assert RunProcess(socket.gethostname(), pid, "1").is_gone()
+
+
+def test_a_reused_pid_is_another_process_and_counts_as_gone():
+    me = RunProcess.current()
+    assert process_start(os.getpid()) == me.start
+    assert RunProcess(me.host, me.pid, str(int(me.start) - 1)).is_gone()
+
+
+def test_a_run_on_another_host_is_never_judged_from_here():
+    assert not RunProcess("some-other-host.example", 1, "1").is_gone()
+
+
+def test_the_tags_round_trip_and_partial_tags_name_no_process():
+    me = RunProcess.current()
+    assert RunProcess.from_tags(me.tags()) == me
+    assert RunProcess.from_tags({"surveillance/host": me.host}) is None
