@@ -13,7 +13,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
 
-.PHONY: help venv provision run test faults bench ui lint lock clean replay
+.PHONY: help venv provision run test faults bench ui lint lock clean replay add-species
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,7 +42,7 @@ test: provision ## Run the whole test suite against the provisioned PostGIS (and
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
 
-faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~3–7 min)
+faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~8–12 min)
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline_tests.faults $(FAULTS_ARGS)
 
@@ -51,9 +51,12 @@ ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.pools && \
 		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
-bench: provision ## Time the load, skip, sample and run paths against their limits (BENCH_ARGS=--with-10m)
+bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --with-10m)
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.bench $(BENCH_ARGS)
+
+add-species: venv ## Add a species by name to the registry file SURVEILLANCE_SPECIES_FILE (make add-species NAME="Genus species" ARGS="--init")
+	$(BIN)/python -m surveillance_pipeline.gbif.add_species "$(NAME)" $(ARGS)
 
 lint: venv ## ruff (format check, lint incl. bandit's S rules) and mypy
 	$(BIN)/ruff format --check .

@@ -318,6 +318,7 @@ def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
 ):
     resources = _download_resources(database_url, data_dir)
     zip_path = _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    (data_dir / "downloads" / "notes.txt").write_text("where these came from\n", encoding="utf-8")
 
     observed = observe([gbif_downloads], instance=instance, resources=resources)
     assert observed.success
@@ -327,6 +328,8 @@ def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
     assert observation.tags["dagster/data_version"] == folder.version
     # Observing never reads the records: until gbif_raw has indexed the download, its counts are unknown.
     assert observation.metadata["downloads"].value[0]["indexed"] is False
+    # A file that is not a zip is not read, and says so.
+    assert observation.metadata["ignored"].value == ["notes.txt"]
 
     run = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert metadata(run, "occurrences")["rows"] == 3  # the genus-rank record reaches no species
