@@ -45,6 +45,7 @@ TERMS = (
     "year",
     "license",
     "issue",
+    "occurrenceStatus",
 )
 CC_BY = "http://creativecommons.org/licenses/by/4.0/legalcode"
 TERM_URIS = {
@@ -89,10 +90,10 @@ def metadata_2020(key: str, doi: str) -> str:
     )
 
 
-def devil_row(gbif_id: int, year: int | str = 2001, latitude: str = "-42.5") -> str:
+def devil_row(gbif_id: int, year: int | str = 2001, latitude: str = "-42.5", status: str = "PRESENT") -> str:
     return (
         f"{gbif_id}\tSarcophilus harrisii\t{DEVIL_SPECIES.taxon_key or ''}\tAU\tTasmania\t{latitude}\t147.1\t"
-        f"{year}\t{CC_BY}\t\n"
+        f"{year}\t{CC_BY}\t\t{status}\n"
     )
 
 
@@ -180,6 +181,28 @@ def test_a_corrupt_member_is_an_input_error_naming_zip_member_and_line(tmp_path)
     )
 
 
+@pytest.mark.parametrize("reader", ["columnar", "rows"])
+def test_absent_records_reach_no_species_as_search_would_leave_them_out(tmp_path, monkeypatch, reader):
+    if reader == "rows":
+        monkeypatch.setattr(download_index, "read_column_batches", _rows_only)
+    rows = [
+        devil_row(1),
+        devil_row(2, status="ABSENT"),
+        devil_row(3, status="absent"),
+        devil_row(4, status=""),
+    ]
+    path = write_download(tmp_path / "0001111-261129000000000.zip", rows)
+    index = ensure_index(describe_download(path), tmp_path / "index", [DEVIL_SPECIES])
+    raw = tmp_path / "raw" / f"{DEVIL}.json"
+    ingest_species_from_downloads([index], DEVIL_SPECIES, raw)
+    assert [r["key"] for r in read_raw_snapshot(raw).iter_records(raw)] == [1, 4]
+    assert index.counts["records"] == 4
+
+
+def _rows_only(info):
+    raise ColumnarUnavailable("forced: read row by row")
+
+
 def test_a_download_is_indexed_once_per_version_and_a_registry_change_makes_a_new_index(tmp_path):
     path = write_download(tmp_path / "0001111-261129000000000.zip", [devil_row(i) for i in range(1, 10)])
     info = describe_download(path)
@@ -208,10 +231,9 @@ with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archiv
         block = []
         for i in range(1, count + 1):
             gbif_id = (i * 7919) % (count * 10) + 1
-            block.append(
-                "%d\\tSarcophilus harrisii\\t{key}\\tAU\\tTasmania\\t-42.%d\\t147.%d\\t2001\\t{cc}\\t\\t%s"
-                % (gbif_id, i % 997, i % 991, tail)
-            )
+            place = "AU\\tTasmania\\t-42.%d\\t147.%d" % (i % 997, i % 991)
+            fields = (gbif_id, "Sarcophilus harrisii", "{key}", place, 2001, "{cc}", "", "PRESENT", tail)
+            block.append("\\t".join(str(field) for field in fields))
             if len(block) == 5000:
                 member.write("".join(block).encode()); block = []
         member.write("".join(block).encode())
@@ -359,8 +381,5 @@ def test_the_shared_downloads_derive_byte_for_byte_as_before_streaming(shared_da
 def test_the_row_reader_and_the_columnar_reader_derive_the_same_files(shared_data, tmp_path, monkeypatch):
     columnar = _derived_digests(shared_data, tmp_path / "columnar")
 
-    def unavailable(info):
-        raise ColumnarUnavailable("forced: read row by row")
-
-    monkeypatch.setattr(download_index, "read_column_batches", unavailable)
+    monkeypatch.setattr(download_index, "read_column_batches", _rows_only)
     assert _derived_digests(shared_data, tmp_path / "rows") == columnar

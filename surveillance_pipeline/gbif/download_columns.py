@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from surveillance_pipeline.gbif.downloads import DownloadInfo, TableLayout, open_member
+from surveillance_pipeline.gbif.downloads import ABSENT, DownloadInfo, TableLayout, open_member
 from surveillance_pipeline.gbif.records import COORDINATE_TERMS, INTEGER_TERMS, RECORD_COLUMNS, TEXT_TERMS
 from surveillance_pipeline.occurrences.licenses import normalize_license
 
@@ -52,6 +52,7 @@ class ColumnBatch:
     species: pa.Array  # string
     country: pa.Array  # string
     state_province: pa.Array  # string, lower case
+    absent: pa.Array  # bool: occurrenceStatus ABSENT, which search's occurrenceStatus=PRESENT leaves out
     counts: dict[str, int]
     licenses: dict[str, int]
 
@@ -171,6 +172,7 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
         species=values["species"],
         country=values["countryCode"],
         state_province=pc.utf8_lower(values["stateProvince"]),
+        absent=pc.equal(pc.utf8_upper(values["occurrenceStatus"]), ABSENT),
         counts=counts,
         licenses=licenses,
     )

@@ -59,7 +59,8 @@ from surveillance_pipeline.gbif.records import (
 from surveillance_pipeline.gbif.registry import Species
 
 # Bump when what an index holds for the same zip and registry changes (the reader's rules, the columns).
-INDEX_FORMAT = 1
+# 2: ABSENT records are left out, as search's occurrenceStatus=PRESENT leaves them out.
+INDEX_FORMAT = 2
 INDEX_FILE = "index.json"
 # Lines buffered for all spill files together before they are written out (about 100 bytes a line).
 SPILL_LINES = 200_000
@@ -204,6 +205,8 @@ class _Matcher:
                 self._by_name[species.scientific_name].append(species)
 
     def slugs(self, record: DownloadRecord) -> list[str]:
+        if record.absent:
+            return []
         found: list[Species] = []
         for key in record.taxon_keys:
             if key is not None and key in self._by_key:
@@ -327,6 +330,8 @@ class _ColumnMatcher:
             return
         pairs = np.unique(np.concatenate(found_rows) * self._count + np.concatenate(found_species))
         rows, species = pairs // self._count, pairs % self._count
+        present = ~batch.absent.to_numpy(zero_copy_only=False)[rows]
+        rows, species = rows[present], species[present]
         country = batch.country.to_numpy(zero_copy_only=False)[rows]
         state = batch.state_province.to_numpy(zero_copy_only=False)[rows]
         wanted_country, wanted_state = self._country[species], self._state[species]

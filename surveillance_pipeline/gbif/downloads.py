@@ -53,6 +53,9 @@ DOWNLOAD_KEY = re.compile(r"\d{7}-\d{15}")
 # meta.xml and metadata.xml are a few tens of kB; anything far larger is not a GBIF download.
 MAX_XML_BYTES = 4 << 20
 READ_BLOCK = 4 << 20
+# Search asks for occurrenceStatus=PRESENT; a download's query may not have, so its ABSENT records (a
+# survey saying a species was looked for and not found) are left out of every species, as search would.
+ABSENT = "ABSENT"
 _INTEGER = re.compile(r"-?\d{1,18}")
 
 
@@ -342,6 +345,7 @@ class DownloadRecord:
     species: str
     country: str
     state_province: str
+    absent: bool
     has_license: bool
     has_coordinates: bool
     zero_coordinates: bool
@@ -536,6 +540,7 @@ def _checked(
         species=values["species"],
         country=values["countryCode"],
         state_province=values["stateProvince"],
+        absent=values["occurrenceStatus"].upper() == ABSENT,
         has_license=bool(values["license"]),
         has_coordinates=latitude is not None,
         zero_coordinates=(latitude == 0 and longitude == 0) or ZERO_COORDINATE in issues,
