@@ -42,7 +42,11 @@ class Warehouse(dg.ConfigurableResource):
     def connect(self) -> psycopg.Connection:
         """An autocommit connection: every write happens inside an explicit ``conn.transaction()``."""
         conn = psycopg.connect(self.database_url, autocommit=True, application_name="surveillance_pipeline")
-        ensure_state_tables(conn)
+        try:
+            ensure_state_tables(conn)
+        except BaseException:
+            conn.close()  # the caller never got it, so nobody else would close it
+            raise
         return conn
 
 

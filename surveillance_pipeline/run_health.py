@@ -57,7 +57,7 @@ class RunProcess:
 
     @classmethod
     def current(cls) -> RunProcess:
-        return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()) or "")
+        return cls(this_host(), os.getpid(), process_start(os.getpid()) or "")
 
     def tags(self) -> dict[str, str]:
         return {HOST_TAG: self.host, PID_TAG: str(self.pid), PID_START_TAG: self.start}
@@ -70,13 +70,23 @@ class RunProcess:
 
     def is_gone(self) -> bool:
         """Whether this process has ended. Only answerable on its own host; elsewhere, False."""
-        if self.host != socket.gethostname():
+        if self.host != this_host():
             return False
         start = process_start(self.pid)
         if start is None:
             return True
         # The pid lives on, but as another process (pids are reused): the run's own process is gone.
         return bool(self.start) and start != self.start
+
+
+def this_host() -> str:
+    """The host name and the pid namespace: two containers on one machine may share a host name (host
+    networking) while their pids mean different processes, so each judges only its own namespace."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}/pidns:{namespace}"
 
 
 def process_start(pid: int) -> str | None:

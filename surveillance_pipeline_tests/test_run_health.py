@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 
-from surveillance_pipeline.run_health import RunProcess, process_start
+from surveillance_pipeline.run_health import RunProcess, process_start, this_host
 
 
 def test_this_process_is_alive_and_a_finished_one_is_gone():
@@ -14,7 +14,7 @@ def test_this_process_is_alive_and_a_finished_one_is_gone():
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
     pid = int(finished.stdout)
-    assert RunProcess(socket.gethostname(), pid, "1").is_gone()
+    assert RunProcess(this_host(), pid, "1").is_gone()
 
 
 def test_a_reused_pid_is_another_process_and_counts_as_gone():
@@ -23,8 +23,10 @@ def test_a_reused_pid_is_another_process_and_counts_as_gone():
     assert RunProcess(me.host, me.pid, str(int(me.start) - 1)).is_gone()
 
 
-def test_a_run_on_another_host_is_never_judged_from_here():
+def test_a_run_on_another_host_or_pid_namespace_is_never_judged_from_here():
     assert not RunProcess("some-other-host.example", 1, "1").is_gone()
+    # Same host name, another container's pid namespace: its pids are not ours to look up.
+    assert not RunProcess(f"{socket.gethostname()}/pidns:1", 1, "1").is_gone()
 
 
 def test_the_tags_round_trip_and_partial_tags_name_no_process():
