@@ -6,6 +6,8 @@ can never pass by skipping them. ``make test`` provisions the server first.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,11 @@ from psycopg import sql
 from surveillance_pipeline.core.scratch_databases import scratch_database as scratch_database_named
 from surveillance_pipeline.instance_storage import storage_config
 
+# The public GBIF and Natural Earth files the tests read, carried in the repository (data/shared/, with
+# each folder's PROVENANCE.md and every file's sha256 in SHA256SUMS), so a plain clone runs every test.
+# Files over 200 kB are kept gzip-compressed and written out whole for the session.
+CARRIED_DATA = Path(__file__).resolve().parent / "data" / "shared"
+# The workplace's copy, where it exists: the carried files must be the same bytes.
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
@@ -65,13 +72,23 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """../shared/data; a missing folder fails under REQUIRE_SHARED_DATA=1 (CI) instead of skipping."""
-    if not SHARED_DATA.is_dir():
-        if os.environ.get("REQUIRE_SHARED_DATA") == "1":
-            pytest.fail(f"shared data folder {SHARED_DATA} is missing and REQUIRE_SHARED_DATA=1")
-        pytest.skip(f"shared data folder {SHARED_DATA} is not here")
-    return SHARED_DATA
+def shared_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The carried public files, laid out as ../shared/data lays them out, each checked by its sha256."""
+    folder = tmp_path_factory.mktemp("shared_data")
+    for line in (CARRIED_DATA / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
+        expected, name = line.split(maxsplit=1)
+        carried = CARRIED_DATA / name
+        data = (
+            carried.read_bytes()
+            if carried.exists()
+            else gzip.decompress((CARRIED_DATA / f"{name}.gz").read_bytes())
+        )
+        assert hashlib.sha256(data).hexdigest() == expected, f"{name}: not the bytes SHA256SUMS names"
+        if (SHARED_DATA / name).exists():
+            assert (SHARED_DATA / name).read_bytes() == data, f"{name}: differs from ../shared/data/{name}"
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder
 
 
 @pytest.fixture(scope="session")

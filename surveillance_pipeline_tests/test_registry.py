@@ -23,8 +23,16 @@ from surveillance_pipeline_tests.fake_gbif import FakeGbif
 HEADER = (
     "species_id,slug,scientific_name,vernacular_name,taxon_key,kingdom,country,state_province,lab_records\n"
 )
-# GBIF's v1 species match for Helianthus annuus, recorded by pygbif (see data/gbif/PROVENANCE.md).
-HELIANTHUS_MATCH = Path(__file__).parent / "data" / "gbif" / "test_name_backbone__01.json"
+# GBIF's v1 species match for Helianthus annuus, recorded by pygbif (see its PROVENANCE.md beside it).
+HELIANTHUS_MATCH = (
+    Path(__file__).parent
+    / "data"
+    / "shared"
+    / "gbif"
+    / "api-pygbif-cassettes"
+    / "bodies"
+    / "test_name_backbone__01.json"
+)
 
 
 @pytest.fixture(autouse=True)
