@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,7 +63,16 @@ def prepare_lab_inputs(root: Path) -> None:
 
 
 def batch_days_present(root: Path) -> list[str]:
-    return sorted(path.stem for path in (root / "batches").glob("*.csv"))
+    """The batch files named by a day (YYYY-MM-DD.csv); anything else there is no partition."""
+    return sorted(path.stem for path in (root / "batches").glob("*.csv") if _is_day(path.stem))
+
+
+def _is_day(name: str) -> bool:
+    try:
+        date.fromisoformat(name)
+    except ValueError:
+        return False
+    return len(name) == 10
 
 
 def run_all_partitions(

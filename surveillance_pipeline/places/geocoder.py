@@ -41,11 +41,6 @@ class GeocodeAnswer:
     longitude: float | None = None
     latitude: float | None = None
 
-    def as_response(self) -> dict[str, float] | None:
-        if self.status != FOUND:
-            return None
-        return {"lon": self.longitude, "lat": self.latitude}  # type: ignore[dict-item]  # set when found
-
 
 def normalize_locality(text: str) -> str:
     """One spelling per locality: Unicode NFKC, case-folded, whitespace collapsed, trimmed.

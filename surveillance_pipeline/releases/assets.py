@@ -160,7 +160,8 @@ def derived_dataset_registration(
     manifest = (folder / MANIFEST).read_bytes()
     source_url = release_source_url(config.source_url_base, hashlib.sha256(manifest).hexdigest())
     sampled_ids = {
-        int(line.split(",", 1)[0]) for line in (folder / "sample.csv").read_text().splitlines()[1:]
+        int(line.split(",", 1)[0])
+        for line in (folder / "sample.csv").read_text(encoding="utf-8").splitlines()[1:]
     }
     raw_files = sorted((Path(paths.root) / "raw").glob("*.json"))
     body = registration_body(
