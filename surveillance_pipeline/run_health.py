@@ -18,6 +18,10 @@ a slot, it looks at the runs Dagster believes are alive: one that ran on this ho
 gone (no such pid, or a pid reused by a younger process) is marked failed, with a log line naming it, and
 its slots are freed. Runs on other hosts are left to their own host. The runs holding the slots of the
 pools this run will need are named in its log, so a run that waits says who it waits for.
+
+A run the daemon queues may wait for a slot before any code of its own runs (the run queue holds runs
+whose pools are full), so ``dead_runs_sensor`` does the same every 30 seconds from the daemon's side,
+and both also free what runs that have ended still hold (a claim left queued by an interrupted run).
 """
 
 from __future__ import annotations
