@@ -37,13 +37,13 @@ def scratch_database(server_url: str, name: str, postgis: bool = True) -> Iterat
             drop_database(admin, name)
 
 
-def drop_database(admin: psycopg.Connection, name: str, attempts: int = 20) -> None:
+def drop_database(admin: psycopg.Connection, name: str, attempts: int = 240) -> None:
     """DROP DATABASE … WITH (FORCE), retried while an autovacuum worker is in it.
 
     FORCE terminates the other sessions in the database, but refuses (as "must be a member of the role
     whose process is being terminated") when one of them is an autovacuum worker, which belongs to no
-    role. Seen once, after a bench section had written thousands of Dagster events; the worker is gone
-    within moments.
+    role. Seen after a bench section had written thousands of Dagster events (gone within moments), and
+    after the 10M-record download bench (an autovacuum of 10M fresh rows: up to two minutes).
     """
     for attempt in range(attempts):
         try:
