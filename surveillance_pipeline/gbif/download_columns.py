@@ -80,7 +80,8 @@ def read_column_batches(info: DownloadInfo) -> Iterator[ColumnBatch]:
                 ),
             )
             for batch in reader:
-                yield _checked_batch(batch, positions, layout)
+                if batch.num_rows:  # an empty block's checks would be empty, not true
+                    yield _checked_batch(batch, positions, layout)
         except (
             pa.ArrowException,
             OSError,
