@@ -42,7 +42,7 @@ test: provision ## Run the whole test suite against the provisioned PostGIS (and
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
 
-faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~8–12 min)
+faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~5–8 min)
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline_tests.faults $(FAULTS_ARGS)
 
