@@ -26,7 +26,7 @@ from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
 from surveillance_pipeline.ledger.lab_batches import write_lab_batches
 from surveillance_pipeline.pools import ensure_pool_limits
-from surveillance_pipeline.reporting import partition_range_tags
+from surveillance_pipeline.reporting import failed_partitions, partition_range_tags
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
@@ -220,7 +220,14 @@ def main() -> int:
         run_ids = [r.run_id for r in results]
         seconds = step_seconds(instance, run_ids)
         failures = run_failures(instance, [r.run_id for r in results if not r.success])
-    succeeded = all(r.success for r in results)
+    # A species that failed alone leaves its run successful (the others loaded): it is a failure here.
+    failures += [
+        f"{asset.to_user_string()} partition {partition} failed: {' '.join(message.split())}"
+        for result in results
+        for asset, partitions in failed_partitions(result.run_id).items()
+        for partition, message in sorted(partitions.items())
+    ]
+    succeeded = all(r.success for r in results) and not failures
     print(
         f"{len(results)} runs ({', '.join(r.run_id[:8] for r in results)}): "
         f"{'succeeded' if succeeded else 'FAILED'} in {elapsed:.1f} s"

@@ -147,9 +147,9 @@ def report_partitions(
 def _isolated(
     context: dg.AssetExecutionContext, compute: Callable[[str], PartitionReport], failed_upstream: set[str]
 ) -> Callable[[str], PartitionReport | None]:
-    """``compute``, but a partition that raises (or whose upstream failed in this run) is reported as
-    failed to materialize and gives None; once every partition of the step has failed, the step fails
-    with the first error (nothing partition-specific went wrong then: a database down, say)."""
+    """``compute``, but a partition that raises (or whose upstream failed in this run) is logged as failed,
+    remembered for the run's later steps, and gives None; once every partition of the step has failed,
+    the step fails with the first error (nothing partition-specific went wrong then: a database down)."""
     keys = context.partition_keys
     errors: list[Exception] = []
     upstream_failures: list[str] = []
@@ -177,12 +177,12 @@ def _isolated(
 # Partitions that failed in a run, per asset: what downstream steps of the same run leave out. Kept in the
 # process, because the project's executor runs a run's steps in one process, and because the event that
 # would say it in Dagster's log (ASSET_FAILED_TO_MATERIALIZE) is not stored by OSS event storages.
-_failed_partitions: dict[str, dict[dg.AssetKey, set[str]]] = {}
+_failed_partitions: dict[str, dict[dg.AssetKey, dict[str, str]]] = {}
 
 
 def _report_failure(context: dg.AssetExecutionContext, key: str, message: str, upstream: bool) -> None:
     run_failures = _failed_partitions.setdefault(context.run.run_id, {})
-    run_failures.setdefault(context.asset_key, set()).add(key)
+    run_failures.setdefault(context.asset_key, {})[key] = message
     if upstream:
         context.log.error(f"{context.asset_key.to_user_string()} partition {key} not computed: {message}")
 
@@ -192,13 +192,14 @@ def _failed_upstream_partitions(context: dg.AssetExecutionContext) -> set[str]:
     run_failures = _failed_partitions.get(context.run.run_id, {})
     failed: set[str] = set()
     for upstream in context.assets_def.dependency_keys:
-        failed |= run_failures.get(upstream, set())
+        failed |= set(run_failures.get(upstream, {}))
     return failed
 
 
-def failed_partitions(run_id: str) -> dict[dg.AssetKey, set[str]]:
-    """What failed, per asset, in a run this process executed (for make run's summary and the tests)."""
-    return {key: set(keys) for key, keys in _failed_partitions.get(run_id, {}).items()}
+def failed_partitions(run_id: str) -> dict[dg.AssetKey, dict[str, str]]:
+    """What failed in a run this process executed: per asset, each failed partition and why (make run
+    prints them; the run itself ends successful when only some partitions failed)."""
+    return {key: dict(failures) for key, failures in _failed_partitions.get(run_id, {}).items()}
 
 
 def _materialization(

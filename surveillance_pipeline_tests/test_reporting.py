@@ -128,7 +128,9 @@ def test_a_failing_partition_fails_alone_and_the_others_are_reported(
     assert result.success
     others = [key for key in partition_keys() if key != FAILING_PARTITION]
     assert _data_versions(postgres_instance, fails_midway) == {key: f"v-{key}" for key in others}
-    assert reporting.failed_partitions(result.run_id) == {fails_midway.key: {FAILING_PARTITION}}
+    assert reporting.failed_partitions(result.run_id) == {
+        fails_midway.key: {FAILING_PARTITION: FAILING_PARTITION}
+    }
 
 
 @dg.asset(
