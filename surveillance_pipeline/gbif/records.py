@@ -137,13 +137,15 @@ class RecordsWriter:
 
     def commit(self) -> str:
         """Close, rename over the target, and return the file's sha256."""
-        self._buffer.close()  # closes the gzip stream and the file below it
+        self._buffer.close()  # ends the gzip stream; GzipFile leaves the file it was given open
+        self._raw.close()  # flushed and fsynced before the rename makes it the records file
         os.replace(self._partial, self.path)
         return self._raw.digest.hexdigest()
 
     def abort(self) -> None:
         try:
             self._buffer.close()
+            self._raw.close()
         finally:
             self._partial.unlink(missing_ok=True)
 
