@@ -41,6 +41,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.bench.gbif_download import GENERATOR_VERSION, GeneratedDownload, cached_dwca
+from surveillance_pipeline.bench.inputs import trivial_cli_command
 from surveillance_pipeline.bench.run import (
     BENCH_SPECIES,
     create_like_occurrences,
@@ -500,14 +501,7 @@ def measure_import(
             started = time.perf_counter()
             sha256_file(zip_path)
             hashes.append(time.perf_counter() - started)
-        trivial = [
-            dagster,
-            "asset",
-            "materialize",
-            "-f",
-            str(Path(__file__).with_name("trivial_definitions.py")),
-        ]
-        trivial += ["--select", "trivial"]
+        trivial = trivial_cli_command(dagster)
         trivials = [
             run_measured(f"trivial-{rep}", trivial, environment, logs, rss_cap_kb) for rep in range(reps)
         ]

@@ -99,3 +99,9 @@ def raw_snapshot(species: Species, rows: int, first_row: int) -> RawSnapshot:
             record.update(decimalLongitude=longitude, decimalLatitude=latitude)
         records.append(record)
     return RawSnapshot(species.request(), "2026-01-01T00:00:00Z", "bench", records)
+
+
+def trivial_cli_command(dagster: str) -> list[str]:
+    """One ``dagster asset materialize`` of a trivial asset: the reference every CLI timing is set against."""
+    definitions = Path(__file__).with_name("trivial_definitions.py")
+    return [dagster, "asset", "materialize", "-f", str(definitions), "--select", "trivial"]

@@ -41,7 +41,7 @@ import yaml
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from surveillance_pipeline.bench.inputs import raw_snapshot, write_derived_csv
+from surveillance_pipeline.bench.inputs import raw_snapshot, trivial_cli_command, write_derived_csv
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, ensure_state_tables
 from surveillance_pipeline.core.scratch_databases import scratch_database
@@ -378,14 +378,7 @@ def measure_lab_run(server_url: str, work: Path, reps: int) -> dict[str, Any]:
 
         log("lab run: no-change runs")
         no_change = repeat(reps, no_change_run)
-        trivial = [
-            dagster,
-            "asset",
-            "materialize",
-            "-f",
-            str(Path(__file__).with_name("trivial_definitions.py")),
-        ]
-        trivial += ["--select", "trivial"]
+        trivial = trivial_cli_command(dagster)
         trivial_events: list[int] = []
 
         def trivial_run() -> None:
