@@ -36,6 +36,13 @@ from surveillance_pipeline.settings import (
 )
 from surveillance_pipeline.snapshots import definitions as snapshots
 
+# One process per run, not one per step: our steps form chains, and on two cores each extra process costs
+# seconds of imports while buying no parallelism. A step runs once its upstream steps have handed on their
+# outputs, even when one of them then failed: a species that fails fails its own partitions (reporting.py),
+# and the other species go on downstream.
+EXECUTOR = dg.in_process_executor.configured(
+    {"step_dependency_config": {"require_upstream_step_success": False}}, name="in_process_partitions"
+)
 DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs, places.defs)
 
 
@@ -66,11 +73,16 @@ def live_resources() -> dict[str, Any]:
 def assemble(resources: dict[str, Any]) -> dg.Definitions:
     """The whole code location over the given resources (tests pass their own database and folders)."""
     assets = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
+    # @observable_source_asset gives a source asset (not an AssetsDefinition) in Dagster 1.13.
+    observable_sources = [
+        a.key
+        for domain in DOMAINS
+        for a in (domain.assets or [])
+        if isinstance(a, dg.SourceAsset) and a.is_observable
+    ]
     operations = dg.Definitions(
-        # One process per run, not one per step: our steps form chains, and on two cores each extra
-        # process costs seconds of imports while buying no parallelism.
-        executor=dg.in_process_executor,
-        jobs=jobs_for(assets),
+        executor=EXECUTOR,
+        jobs=jobs_for(assets, observable_sources),
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB)],
         sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB), dead_runs_sensor],
         resources=resources,

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from dagster._core.storage.config import PostgresStorageConfig, pg_config
-from dagster._serdes import ConfigurableClassData
 from dagster_postgres import (
     DagsterPostgresStorage,
     PostgresEventLogStorage,
@@ -33,9 +31,12 @@ from dagster_postgres import (
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Engine
 
+from surveillance_pipeline.dagster_internals import ConfigurableClassData, PostgresStorageConfig, pg_config
+
 if TYPE_CHECKING:
-    from dagster._config.config_schema import UserConfigSchema
     from dagster_postgres.auth import PgTokenProvider
+
+    from surveillance_pipeline.dagster_internals import UserConfigSchema
 
 POOLED_CONNECTIONS = 1
 # Beyond the pool, for threads of a daemon storing at once; closed when returned.

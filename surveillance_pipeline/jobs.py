@@ -1,8 +1,8 @@
 """Jobs over the asset graph, one per partitioning, so one run can cover every partition of its assets."""
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
+from surveillance_pipeline.dagster_internals import UnresolvedAssetJobDefinition
 from surveillance_pipeline.ledger.assets import batch_days
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
@@ -11,6 +11,7 @@ from surveillance_pipeline.run_config import run_config_for
 SPECIES_ASSETS_JOB = "species_assets"
 WHOLE_TARGET_ASSETS_JOB = "whole_target_assets"
 BATCH_DAYS_JOB = "batch_days"
+OBSERVE_SOURCES_JOB = "observe_sources"
 
 
 def _job(
@@ -30,8 +31,17 @@ def _job(
     )
 
 
-def jobs_for(assets: list[dg.AssetsDefinition]) -> list[UnresolvedAssetJobDefinition]:
+def jobs_for(
+    assets: list[dg.AssetsDefinition], sources: list[dg.AssetKey]
+) -> list[UnresolvedAssetJobDefinition]:
+    """The jobs over ``assets``, and one that observes the observable ``sources``."""
     return [
+        dg.define_asset_job(
+            OBSERVE_SOURCES_JOB,
+            selection=dg.AssetSelection.assets(*sources),
+            description="Observe the source assets (GBIF downloads, the devil's deliveries): their data "
+            "versions are what the loads record as their inputs.",
+        ),
         _job(
             SPECIES_ASSETS_JOB,
             assets,
@@ -41,5 +51,5 @@ def jobs_for(assets: list[dg.AssetsDefinition]) -> list[UnresolvedAssetJobDefini
         _job(
             WHOLE_TARGET_ASSETS_JOB, assets, None, "Every unpartitioned asset: summaries, snapshots, exports."
         ),
-        _job(BATCH_DAYS_JOB, assets, batch_days, "Every daily-partitioned asset: the batch feed."),
+        _job(BATCH_DAYS_JOB, assets, batch_days, "Every asset partitioned by batch day: the batch feed."),
     ]

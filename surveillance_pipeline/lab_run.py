@@ -1,10 +1,12 @@
 """``make run``: materialize every asset on the lab data, then summarize what each asset did.
 
-One run per partitioning, each over all its partitions (not one process per partition): the 71 species,
-the days that have a batch file, then the unpartitioned assets. All run against the project's Dagster
-instance, so they show in the UI. The summary comes from the provenance rows the runs wrote. The lab's
-inputs (delivery A of the devil, three weeks of batches) are written first when none are there. When a
-step fails, its own error is the last line printed: that is the line a user reads.
+First the source assets are observed (so the loads record the versions the sensors will see), then one run
+per partitioning, each over all its partitions (not one process per partition): the 71 species, the days
+that have a batch file, then the unpartitioned assets. They are runs of the code location's jobs, on the
+project's Dagster instance, executed in this process: the UI lists them under their jobs and can re-execute
+them. The summary comes from the provenance rows the runs wrote. The lab's inputs (delivery A of the devil,
+three weeks of batches) are written first when none are there. When a step fails, its own error is the
+last line printed: that is the line a user reads.
 """
 
 from __future__ import annotations
@@ -15,27 +17,32 @@ import time
 from collections import Counter, defaultdict
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.dagster_internals import SerializableErrorInfo, execute_in_code_location
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
+from surveillance_pipeline.jobs import (
+    BATCH_DAYS_JOB,
+    OBSERVE_SOURCES_JOB,
+    SPECIES_ASSETS_JOB,
+    WHOLE_TARGET_ASSETS_JOB,
+)
+from surveillance_pipeline.ledger.assets import add_batch_days
 from surveillance_pipeline.ledger.lab_batches import write_lab_batches
 from surveillance_pipeline.pools import ensure_pool_limits
 from surveillance_pipeline.reporting import failed_partitions, partition_range_tags
+from surveillance_pipeline.run_config import quiet_run_config
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 
-if TYPE_CHECKING:
-    from dagster._utils.error import SerializableErrorInfo
-
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"
 LAB_DELIVERY_A_DATE = "2026-11-02"
 ASSET_ORDER = (
     "gbif_raw",
@@ -75,32 +82,52 @@ def _is_day(name: str) -> bool:
     return len(name) == 10
 
 
-def run_all_partitions(
-    instance: dg.DagsterInstance, definitions: dg.Definitions = defs, root: Path | None = None
-) -> list[dg.ExecuteInProcessResult]:
-    """One run per partitioning, each over all its partitions; stops at the first that fails.
-
-    ``root`` is the data folder the definitions' ``paths`` resource points at.
-    """
-    root = root or data_dir()
-    prepare_lab_inputs(root)
-    ensure_pool_limits(instance, definitions)
+def run_plan(instance: dg.DagsterInstance, root: Path) -> list[tuple[str, dict[str, str]]]:
+    """The runs of ``make run``, in order: each job and its run tags. The days with a batch file become
+    partitions first (as batches_sensor adds them)."""
     species = partition_keys()
-    days = batch_days_present(root)
-    plan = [
+    days = add_batch_days(instance, batch_days_present(root))
+    return [
+        (OBSERVE_SOURCES_JOB, {}),
         (SPECIES_ASSETS_JOB, partition_range_tags(species[0], species[-1])),
         (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
         (WHOLE_TARGET_ASSETS_JOB, {}),
     ]
-    results = []
-    for job_name, tags in plan:
-        result = definitions.resolve_job_def(job_name).execute_in_process(
-            instance=instance, tags=tags, run_config=QUIET_CONSOLE, raise_on_error=False
+
+
+def run_all_partitions(
+    instance: dg.DagsterInstance, definitions: dg.Definitions = defs, root: Path | None = None
+) -> list[dg.DagsterRun]:
+    """The runs of ``run_plan``, as runs of the code location's jobs; stops after the first that fails.
+
+    ``root`` is the data folder the definitions' ``paths`` resource points at. A run whose only failures
+    are some partitions (the others loaded) fails, and the next runs still go, as they would from the UI.
+    """
+    root = root or data_dir()
+    prepare_lab_inputs(root)
+    ensure_pool_limits(instance, definitions)
+    runs = []
+    for job_name, tags in run_plan(instance, root):
+        job = definitions.resolve_job_def(job_name)
+        run = execute_in_code_location(
+            instance,
+            job,
+            workspace_file=WORKSPACE_FILE,
+            module_name="surveillance_pipeline.definitions",
+            attribute="defs",
+            run_config=quiet_run_config(job.graph.node_dict),
+            tags=tags,
         )
-        results.append(result)
-        if not result.success:
+        runs.append(run)
+        if run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run):
             break
-    return results
+    return runs
+
+
+def _only_partitions_failed(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether every step failure of the run names the partitions that failed (the others went on)."""
+    failures = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
+    return bool(failures) and len(failed_partitions(instance, run.run_id)) == len(failures)
 
 
 def step_seconds(instance: dg.DagsterInstance, run_ids: list[str]) -> dict[str, float]:
@@ -187,16 +214,22 @@ def _one_line(error: SerializableErrorInfo) -> str:
 
 
 def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
-    """One line per failed step of the runs, naming the step and the error its code raised; for a run
-    that failed outside its steps (its executor, say), the run's own error."""
+    """One line per failed partition or step of the runs, naming it and the error its code raised; for a
+    run that failed outside its steps (its executor, say), the run's own error."""
     lines = []
     for run_id in run_ids:
+        by_partition = failed_partitions(instance, run_id)
         step_failures = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
         for record in step_failures:
             entry = record.event_log_entry
+            step = entry.step_key or "?"
+            if step in by_partition:
+                # Some partitions failed, the others loaded: one line each, in the step's words.
+                lines += [f"{step} partition {key} failed: {why}" for key, why in by_partition[step].items()]
+                continue
             data = entry.dagster_event.step_failure_data if entry.dagster_event else None
             text = _one_line(_raised_by_the_step(data.error)) if data and data.error else entry.message
-            lines.append(f"{entry.step_key} failed: {text}")
+            lines.append(f"{step} failed: {text}")
         if step_failures:
             continue
         run = instance.get_run_by_id(run_id)
@@ -215,21 +248,15 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
 def main() -> int:
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
-        results = run_all_partitions(instance)
+        runs = run_all_partitions(instance)
         elapsed = time.perf_counter() - started
-        run_ids = [r.run_id for r in results]
+        run_ids = [r.run_id for r in runs]
         seconds = step_seconds(instance, run_ids)
-        failures = run_failures(instance, [r.run_id for r in results if not r.success])
-    # A species that failed alone leaves its run successful (the others loaded): it is a failure here.
-    failures += [
-        f"{asset.to_user_string()} partition {partition} failed: {' '.join(message.split())}"
-        for result in results
-        for asset, partitions in failed_partitions(result.run_id).items()
-        for partition, message in sorted(partitions.items())
-    ]
-    succeeded = all(r.success for r in results) and not failures
+        failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+        failures = run_failures(instance, failed)
+    succeeded = not failed
     print(
-        f"{len(results)} runs ({', '.join(r.run_id[:8] for r in results)}): "
+        f"{len(runs)} runs ({', '.join(r.run_id[:8] for r in runs)}): "
         f"{'succeeded' if succeeded else 'FAILED'} in {elapsed:.1f} s"
         f" ({len(partition_keys())} species partitions)"
     )

@@ -1,50 +1,84 @@
-"""How assets report to Dagster: action, reason, job key and rows in metadata; the job key as data version.
+"""How assets report to Dagster: one materialization per partition that loaded or skipped, none for one
+that failed, each carrying its own job key as data version and every upstream's version as lineage.
 
-Per-partition materializations get their own data version even in one run over many partitions.
+Whoever launches the run (the UI, a backfill, a sensor, the schedule, ``make run``), an asset reports each
+partition with its own ``AssetMaterialization``: data version = job key, the tags Dagster writes itself
+(code version, input data versions and event pointers for every dependency, computed as Dagster computes
+them), so Dagster's staleness and our skips agree. The step's output goes on to the run's later steps but
+writes no event of its own (``OWN_EVENTS_METADATA_KEY``, dagster_internals.py), so there is no common
+event with one shared version, and no event for a partition that failed or never ran.
 
-A run over a partition range (``make run``, a single-run backfill) executes each asset once for the whole
-range, and Dagster stamps the step's one output on every partition with one common data version. Our data
-version is a per-partition job key, so each partition is reported by its own ``AssetMaterialization``
-carrying the tags Dagster itself writes (data version, code version, input lineage), which keeps Dagster's
-staleness and our skips in agreement.
+A skip is a materialization too, carrying the unchanged data version and the description "skipped: ...":
+Dagster's asset backfills count a requested partition without a materialization as failed (since 1.13.22,
+dagster#34219), so a backfill that skips everything must still see one per partition. Each step also tags
+its run with its counts (``surveillance/<asset>: 1 loaded, 70 skipped``), shown on the run and backfill
+pages, and logs them.
 
-With the run tag ``dagster/defer_asset_events=true`` (set by ``make run``) Dagster records only these events.
-The tag is internal to Dagster (added for dagster-airlift); a test pins its behaviour. Without it (a range
-launched from the UI), the common-version events come first and ours, written after, are the latest.
+A partition that raises fails alone: the step computes the others, reports them, hands its output on (the
+executor runs later steps once their inputs exist, definitions.py), then fails naming the partitions that
+did, so the run ends failed and Dagster shows those partitions failed. A later step leaves out the
+partitions its upstream did not materialize in this run.
 
-A step's per-partition events reach the event log in batches when ``DAGSTER_EVENT_BATCH_SIZE`` is set (the
-Makefile sets it): one insert for a batch's events, one for their tags, one for the asset's row, instead of
-about seven statements per event. This is Dagster's own batch path, the one its events for a range output
-take; it needs the events built with batch metadata, so they are made here as ``DagsterEvent``s on the step
-context. Without the variable Dagster writes them one by one, as before.
+Per-partition events reach the event log in batches when ``DAGSTER_EVENT_BATCH_SIZE`` is set (the Makefile
+sets it): one insert for a batch's events instead of about seven statements per event. This is Dagster's
+own batch path, the one its events for a range output take.
 """
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, DagsterEventType
-from dagster._core.execution.context.system import StepExecutionContext
 
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome
+from surveillance_pipeline.dagster_internals import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+    NULL_EVENT_POINTER,
+    OWN_EVENTS_METADATA_KEY,
+    SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD,
+    DagsterEvent,
+    StepExecutionContext,
+    get_input_data_version_tag,
+    get_input_event_pointer_tag,
+    log_batched_materialization,
+    step_execution_context,
+)
 
-DEFER_ASSET_EVENTS_TAG = "dagster/defer_asset_events"
-DATA_VERSION_TAG = "dagster/data_version"
-# What an asset that reports per partition yields.
-PartitionEvents = Iterator[dg.MaterializeResult | DagsterEvent]
+__all__ = ["DATA_VERSION_TAG", "RUN_SUMMARY_TAG_PREFIX"]
+
+# What an asset yields.
+PartitionEvents = Iterator[dg.MaterializeResult | dg.AssetMaterialization | DagsterEvent]
 # A batch of events is closed (written) once it has been open this long, so a long step's partitions show up
 # in the UI as it goes, and a killed run loses at most this much of them (their rows stay committed, and the
 # next run reports those partitions as skipped).
 BATCH_SECONDS = 2.0
+# Dagster's version of an upstream that has none recorded (a source never observed).
+NO_VERSION = "INITIAL"
+RUN_SUMMARY_TAG_PREFIX = "surveillance/"
+FAILED_PARTITIONS_METADATA_KEY = "failed partitions"
 
 
 @dataclass(frozen=True)
 class PartitionReport:
     data_version: str
     metadata: dict[str, Any]
+
+    @property
+    def action(self) -> str:
+        return str(self.metadata.get("action", "loaded"))
+
+    @property
+    def description(self) -> str:
+        """What the event list and the partition view show first: what happened, and why."""
+        reason = self.metadata.get("reason")
+        return f"{self.action}: {reason}" if reason else self.action
 
 
 def outcome_report(
@@ -70,44 +104,29 @@ def outcome_report(
     )
 
 
-def materialize_result(
-    outcome: RefreshOutcome, data_version: str | None = None, **metadata: Any
-) -> dg.MaterializeResult:
-    """The same report for an unpartitioned asset."""
-    report = outcome_report(outcome, data_version, **metadata)
-    return dg.MaterializeResult(data_version=dg.DataVersion(report.data_version), metadata=report.metadata)
-
-
 def partition_range_tags(first: str, last: str) -> dict[str, str]:
-    """Run tags for one run over ``first..last`` that records exactly one event per partition."""
-    return {
-        "dagster/asset_partition_range_start": first,
-        "dagster/asset_partition_range_end": last,
-        DEFER_ASSET_EVENTS_TAG: "true",
-    }
+    """Run tags for one run over the partitions ``first..last``."""
+    return {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+
+
+def report_asset(context: dg.AssetExecutionContext, report: PartitionReport) -> PartitionEvents:
+    """Report an unpartitioned asset: its materialization, then the output for the run's later steps."""
+    lineage = _Lineage(context, None)
+    yield _materialization(context, None, report, lineage.tags(None))
+    _summarize(context, Counter([report.action]), 1)
+    yield dg.MaterializeResult(metadata={OWN_EVENTS_METADATA_KEY: True})
 
 
 def report_partitions(
-    context: dg.AssetExecutionContext,
-    compute: Callable[[str], PartitionReport],
-    upstream: dg.AssetKey | None,
+    context: dg.AssetExecutionContext, compute: Callable[[str], PartitionReport]
 ) -> PartitionEvents:
     """Run ``compute`` for every partition of the step and report each with its own data version."""
     keys = context.partition_keys
-    if len(keys) == 1:
-        single = compute(keys[0])
-        yield dg.MaterializeResult(data_version=dg.DataVersion(single.data_version), metadata=single.metadata)
-        return
-
-    deferred = context.run.tags.get(DEFER_ASSET_EVENTS_TAG) == "true"
-    if not deferred:
-        yield dg.MaterializeResult()
-    # One species that fails (a bad record, a search over its limit) fails its own partition, not the
-    # step: the others still load, and downstream steps leave out the partitions whose upstream failed.
-    compute_isolated = _isolated(context, compute, _failed_upstream_partitions(context))
-    lineage = _upstream_lineage(context, upstream, keys) if upstream is not None else {}
-    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
-    batches = _EventBatches(context.op_execution_context.get_step_execution_context())
+    left_out = _not_materialized_upstream(context, keys)
+    compute_isolated = _Isolated(context, compute, left_out)
+    lineage = _Lineage(context, keys)
+    batches = _EventBatches(step_execution_context(context))
+    actions: Counter[str] = Counter()
     # A partition's event is logged once the next partition is done (or at once when its batch has been
     # open BATCH_SECONDS), so that the event that closes a batch is always known: a partition that raises
     # still gets every partition before it written, since their rows are committed and Dagster writes a
@@ -119,7 +138,8 @@ def report_partitions(
             report = compute_isolated(key)
             if report is None:
                 continue
-            current = _materialization(context.asset_key, key, report, code_version, upstream, lineage)
+            actions[report.action] += 1
+            current = _materialization(context, key, report, lineage.tags(key))
             previous, pending = pending, current
             if previous is not None:
                 yield batches.log(previous, last=False)
@@ -140,86 +160,167 @@ def report_partitions(
         raise
     if pending is not None:
         yield batches.log(pending, last=True)
-    if deferred:
-        yield dg.MaterializeResult()
+    actions["failed"] = len(compute_isolated.errors)
+    actions["not computed"] = len(compute_isolated.left_out)
+    _summarize(context, actions, len(keys))
+    yield dg.MaterializeResult(metadata={OWN_EVENTS_METADATA_KEY: True})
+    if compute_isolated.errors:
+        failed = compute_isolated.errors
+        raise dg.Failure(
+            description=f"{len(failed)} of {len(keys)} partitions of {context.asset_key.to_user_string()} "
+            f"failed (the others were reported): "
+            + "; ".join(f"{key}: {' '.join(str(error).split())}" for key, error in sorted(failed.items())),
+            metadata={
+                FAILED_PARTITIONS_METADATA_KEY: dg.MetadataValue.json(
+                    {key: " ".join(str(error).split()) for key, error in sorted(failed.items())}
+                )
+            },
+        )
 
 
-def _isolated(
-    context: dg.AssetExecutionContext, compute: Callable[[str], PartitionReport], failed_upstream: set[str]
-) -> Callable[[str], PartitionReport | None]:
-    """``compute``, but a partition that raises (or whose upstream failed in this run) is logged as failed,
-    remembered for the run's later steps, and gives None; once every partition of the step has failed,
+def _summarize(context: dg.AssetExecutionContext, actions: Counter[str], partitions: int) -> None:
+    """Say on the run (its tags, shown on the run and backfill pages) and in its log what the step did."""
+    counts = ", ".join(f"{count} {action}" for action, count in sorted(actions.items()) if count)
+    asset = context.asset_key.to_user_string()
+    context.log.info(f"{asset}: {counts} ({partitions} partition{'s' if partitions != 1 else ''})")
+    context.instance.add_run_tags(context.run.run_id, {f"{RUN_SUMMARY_TAG_PREFIX}{asset}": counts})
+
+
+class _Isolated:
+    """``compute``, but a partition that raises gives None and is remembered (its error and the partition),
+    as is one whose upstream was not materialized in this run; once every partition of the step has failed,
     the step fails with the first error (nothing partition-specific went wrong then: a database down)."""
-    keys = context.partition_keys
-    errors: list[Exception] = []
-    upstream_failures: list[str] = []
 
-    def compute_one(key: str) -> PartitionReport | None:
-        if key in failed_upstream:
-            _report_failure(context, key, "an upstream partition failed in this run", upstream=True)
-            upstream_failures.append(key)
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        compute: Callable[[str], PartitionReport],
+        upstream_missing: set[str],
+    ):
+        self._context = context
+        self._compute = compute
+        self._upstream_missing = upstream_missing
+        self._keys = context.partition_keys
+        self.errors: dict[str, Exception] = {}
+        self.left_out: list[str] = []
+
+    def __call__(self, key: str) -> PartitionReport | None:
+        asset = self._context.asset_key.to_user_string()
+        if key in self._upstream_missing:
+            self._context.log.warning(
+                f"{asset} partition {key} not computed: its upstream failed in this run"
+            )
+            self.left_out.append(key)
         else:
             try:
-                return compute(key)
+                return self._compute(key)
             except Exception as error:
-                context.log.error(f"{context.asset_key.to_user_string()} partition {key} failed: {error}")
-                _report_failure(context, key, str(error), upstream=False)
-                errors.append(error)
-        if len(errors) + len(upstream_failures) == len(keys):
-            if errors:
-                raise errors[0]
-            raise RuntimeError(f"every partition's upstream failed in this run: {', '.join(keys)}")
+                self._context.log.error(f"{asset} partition {key} failed: {error}")
+                self.errors[key] = error
+        if len(self.errors) + len(self.left_out) == len(self._keys):
+            if self.errors:
+                raise next(iter(self.errors.values()))
+            raise RuntimeError(f"every partition's upstream failed in this run: {', '.join(self._keys)}")
         return None
 
-    return compute_one
+
+def _not_materialized_upstream(context: dg.AssetExecutionContext, keys: list[str]) -> set[str]:
+    """The partitions an upstream asset of this run did not materialize in it (it failed, or was left out).
+
+    Read from Dagster's event log, so it holds whichever process ran the upstream step. An upstream that
+    materialized nothing in this run was not part of it (a run whose upstream step fails every partition
+    stops before this step).
+    """
+    if len(keys) < 2:
+        return set()
+    upstream = context.assets_def.dependency_keys
+    materialized: dict[dg.AssetKey, set[str]] = {}
+    records = context.instance.get_records_for_run(
+        context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    for record in records:
+        event = record.event_log_entry.asset_materialization
+        if event is not None and event.asset_key in upstream and event.partition is not None:
+            materialized.setdefault(event.asset_key, set()).add(event.partition)
+    missing: set[str] = set()
+    for partitions in materialized.values():
+        missing |= set(keys) - partitions
+    return missing
 
 
-# Partitions that failed in a run, per asset: what downstream steps of the same run leave out. Kept in the
-# process, because the project's executor runs a run's steps in one process, and because the event that
-# would say it in Dagster's log (ASSET_FAILED_TO_MATERIALIZE) is not stored by OSS event storages.
-_failed_partitions: dict[str, dict[dg.AssetKey, dict[str, str]]] = {}
+class _Lineage:
+    """The tags Dagster writes on a materialization for its upstream assets, for each partition of a step.
+
+    Computed as Dagster computes them when it writes the event itself (dagster's data_version_cache.py and
+    the stale-status resolver that reads them): an unpartitioned upstream's latest data version (its
+    materialization, else its observation) and that event's id; a partitioned upstream's versions of the
+    partitions read, hashed together, and the upstream's latest event id as the cursor after which a new
+    version of any of them makes this partition stale.
+    """
+
+    def __init__(self, context: dg.AssetExecutionContext, keys: list[str] | None):
+        instance = context.instance
+        graph = context.job_def.asset_layer.asset_graph
+        self._common: dict[str, str] = {}
+        self._per_partition: dict[str, dict[str, str]] = {}
+        code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+        # Dagster's own rule for an asset without a code version: the run id (never the same twice).
+        self._common[CODE_VERSION_TAG] = code_version or context.run.run_id
+        for upstream in sorted(context.assets_def.dependency_keys):
+            data_tag, pointer_tag = (
+                get_input_data_version_tag(upstream),
+                get_input_event_pointer_tag(upstream),
+            )
+            upstream_partitions = graph.get(upstream).partitions_def
+            latest = instance.get_latest_data_version_record(upstream)
+            self._common[pointer_tag] = str(latest.storage_id) if latest is not None else NULL_EVENT_POINTER
+            if upstream_partitions is None or latest is None:
+                self._common[data_tag] = _version_of(latest)
+                continue
+            storage = instance.event_log_storage
+            materialization = dg.DagsterEventType.ASSET_MATERIALIZATION
+            if keys is not None:
+                versions = storage.get_latest_tags_by_partition(
+                    upstream, materialization, [DATA_VERSION_TAG], asset_partitions=keys
+                )
+                for key in keys:
+                    version = versions.get(key, {}).get(DATA_VERSION_TAG, "")
+                    self._per_partition.setdefault(key, {})[data_tag] = sha256_hex(version.encode("utf-8"))
+                continue
+            every = upstream_partitions.get_partition_keys(dynamic_partitions_store=instance)
+            if len(every) >= SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD:
+                # Dagster, too, falls back to the latest event past this many partitions.
+                self._common[data_tag] = _version_of(latest)
+                continue
+            versions = storage.get_latest_tags_by_partition(
+                upstream, materialization, [DATA_VERSION_TAG], asset_partitions=list(every)
+            )
+            joined = "".join(tags[DATA_VERSION_TAG] for _, tags in sorted(versions.items()))
+            self._common[data_tag] = sha256_hex(joined.encode("utf-8"))
+
+    def tags(self, key: str | None) -> dict[str, str]:
+        return {**self._common, **(self._per_partition.get(key, {}) if key is not None else {})}
 
 
-def _report_failure(context: dg.AssetExecutionContext, key: str, message: str, upstream: bool) -> None:
-    run_failures = _failed_partitions.setdefault(context.run.run_id, {})
-    run_failures.setdefault(context.asset_key, {})[key] = message
-    if upstream:
-        context.log.error(f"{context.asset_key.to_user_string()} partition {key} not computed: {message}")
-
-
-def _failed_upstream_partitions(context: dg.AssetExecutionContext) -> set[str]:
-    """The partitions of this asset's upstream assets that failed earlier in this run."""
-    run_failures = _failed_partitions.get(context.run.run_id, {})
-    failed: set[str] = set()
-    for upstream in context.assets_def.dependency_keys:
-        failed |= set(run_failures.get(upstream, {}))
-    return failed
-
-
-def failed_partitions(run_id: str) -> dict[dg.AssetKey, dict[str, str]]:
-    """What failed in a run this process executed: per asset, each failed partition and why (make run
-    prints them; the run itself ends successful when only some partitions failed)."""
-    return {key: dict(failures) for key, failures in _failed_partitions.get(run_id, {}).items()}
+def _version_of(record: dg.EventLogRecord | None) -> str:
+    if record is None:
+        return NO_VERSION
+    entry = record.event_log_entry
+    event = entry.asset_materialization or entry.asset_observation
+    return (event.tags or {}).get(DATA_VERSION_TAG, NO_VERSION) if event is not None else NO_VERSION
 
 
 def _materialization(
-    asset_key: dg.AssetKey,
-    key: str,
-    report: PartitionReport,
-    code_version: str | None,
-    upstream: dg.AssetKey | None,
-    lineage: dict[str, tuple[str, int]],
+    context: dg.AssetExecutionContext, key: str | None, report: PartitionReport, lineage: dict[str, str]
 ) -> dg.AssetMaterialization:
-    tags = {DATA_VERSION_TAG: report.data_version, "dagster/data_version_is_user_provided": "true"}
-    if code_version:
-        tags["dagster/code_version"] = code_version
-    if key in lineage and upstream is not None:
-        upstream_version, storage_id = lineage[key]
-        name = upstream.to_user_string()
-        # What Dagster writes for a single upstream partition: sha256 of its data version.
-        tags[f"dagster/input_data_version/{name}"] = sha256_hex(upstream_version.encode("utf-8"))
-        tags[f"dagster/input_event_pointer/{name}"] = str(storage_id)
-    return dg.AssetMaterialization(asset_key=asset_key, partition=key, tags=tags, metadata=report.metadata)
+    tags = {**lineage, DATA_VERSION_TAG: report.data_version, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"}
+    return dg.AssetMaterialization(
+        asset_key=context.asset_key,
+        partition=key,
+        description=report.description,
+        tags=tags,
+        metadata=report.metadata,
+    )
 
 
 class _EventBatches:
@@ -240,31 +341,11 @@ class _EventBatches:
     def log(self, materialization: dg.AssetMaterialization, last: bool) -> DagsterEvent:
         step = self._step
         batch_id = f"{step.run_id}/{step.step.key}/{step.previous_attempt_count}/{self._count}"
-        # Building the event logs it (and writes or buffers it); yielding it only passes it on.
-        event = DagsterEvent.asset_materialization(
-            step, materialization, DagsterEventBatchMetadata(batch_id, last)
-        )
+        event = log_batched_materialization(step, materialization, batch_id, last)
         if last:
             self._count += 1
             self._opened = time.monotonic()
         return event
-
-
-def _upstream_lineage(
-    context: dg.AssetExecutionContext, upstream: dg.AssetKey, keys: list[str]
-) -> dict[str, tuple[str, int]]:
-    """Each partition's latest upstream data version and event id, in two queries for the whole range."""
-    storage = context.instance.event_log_storage
-    materialization = DagsterEventType.ASSET_MATERIALIZATION
-    tags = storage.get_latest_tags_by_partition(
-        upstream, materialization, [DATA_VERSION_TAG], asset_partitions=keys
-    )
-    storage_ids = storage.get_latest_storage_id_by_partition(upstream, materialization, partitions=set(keys))
-    return {
-        key: (tags[key][DATA_VERSION_TAG], storage_ids[key])
-        for key in keys
-        if DATA_VERSION_TAG in tags.get(key, {}) and key in storage_ids
-    }
 
 
 def recorded_data_version(
@@ -276,3 +357,17 @@ def recorded_data_version(
     if materialization is None or materialization.tags is None:
         return None
     return materialization.tags.get(DATA_VERSION_TAG)
+
+
+def failed_partitions(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict[str, str]]:
+    """Per asset, the partitions that failed in a run and why, from its steps' failure events."""
+    failed: dict[str, dict[str, str]] = {}
+    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
+        event = record.event_log_entry.dagster_event
+        data = event.step_failure_data if event is not None else None
+        user = data.user_failure_data if data is not None else None
+        if user is None or FAILED_PARTITIONS_METADATA_KEY not in user.metadata:
+            continue
+        value = user.metadata[FAILED_PARTITIONS_METADATA_KEY].value
+        failed[record.event_log_entry.step_key or "?"] = dict(value) if isinstance(value, dict) else {}
+    return failed

@@ -26,3 +26,12 @@ def run_config_for(asset_names: Iterable[str]) -> dict[str, Any]:
 def op_config(asset_name: str) -> dict[str, Any]:
     """One asset's configured config (defaults apply for what the file leaves out)."""
     return dict(checked_in_run_config()["ops"].get(asset_name, {}).get("config", {}))
+
+
+# make run prints its own summary: the runs' console logs show warnings and errors only.
+QUIET_CONSOLE: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def quiet_run_config(op_names: Iterable[str]) -> dict[str, Any]:
+    """The checked-in config for these ops, with the console quiet (make run's runs)."""
+    return {**run_config_for(op_names), **QUIET_CONSOLE}

@@ -11,11 +11,14 @@ from typing import Any
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline.dagster_internals import execute_in_code_location
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.lab import LabGbifClient
+from surveillance_pipeline.lab_run import WORKSPACE_FILE
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.reporting import recorded_data_version
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
+from surveillance_pipeline.run_config import QUIET_CONSOLE
 from surveillance_pipeline.samples.assets import (
     occurrence_sample,
     occurrence_sample_summary,
@@ -162,3 +165,30 @@ def state_row(conn: psycopg.Connection, job: str = "occurrences", partition: str
     return conn.execute(
         "SELECT job_key, parts, rows FROM job_state WHERE job = %s AND partition_key = %s", [job, partition]
     ).fetchone()
+
+
+def execute_as_launched(
+    instance: dg.DagsterInstance,
+    job: dg.JobDefinition,
+    tags: Mapping[str, str] | None = None,
+    run_config: Mapping[str, Any] | None = None,
+) -> dg.DagsterRun:
+    """Run ``job`` with its own executor, as a launched run does (``materialize`` and
+    ``execute_in_process`` replace the executor, and with it the rule that a step runs once its upstream
+    handed on its output, even when that upstream then failed some partitions)."""
+    return execute_in_code_location(
+        instance,
+        job,
+        workspace_file=WORKSPACE_FILE,
+        module_name="surveillance_pipeline.definitions",
+        attribute="defs",
+        run_config={**(run_config or {}), **QUIET_CONSOLE},
+        tags=dict(tags or {}),
+    )
+
+
+def materializations_in_run(instance: dg.DagsterInstance, run_id: str, asset: str) -> dict[str | None, Any]:
+    """Each partition's materialization in the run (None: unpartitioned), by the run's event log."""
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    events = [r.event_log_entry.asset_materialization for r in records]
+    return {e.partition: e for e in events if e is not None and e.asset_key == dg.AssetKey(asset)}

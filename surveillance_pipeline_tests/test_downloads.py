@@ -13,11 +13,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-# Dagster 1.13 keeps observe() (the observation twin of materialize()) out of its top-level namespace.
-from dagster._core.definitions.observe import observe
-
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.dagster_internals import observe
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.download_index import DownloadIndex, ensure_index, open_downloads
 from surveillance_pipeline.gbif.downloads import (

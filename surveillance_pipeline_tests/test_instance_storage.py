@@ -24,9 +24,7 @@ QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 @dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
 def every_species(context: dg.AssetExecutionContext):
     """One materialization per partition, as every species asset reports its skips."""
-    yield from report_partitions(
-        context, lambda key: PartitionReport(f"v-{key}", {"action": "skipped"}), upstream=None
-    )
+    yield from report_partitions(context, lambda key: PartitionReport(f"v-{key}", {"action": "skipped"}))
 
 
 def _materialize_every_species(instance: dg.DagsterInstance) -> None:

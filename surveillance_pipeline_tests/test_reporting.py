@@ -1,4 +1,5 @@
-"""Per-partition reports: each partition's own data version, written to the event log in batches.
+"""Per-partition reports: one event per partition with its own data version, written in batches; none for
+a partition that failed, which Dagster then shows failed.
 
 The batch is observed in PostgreSQL itself: rows inserted by one transaction share their ``xmin``, and
 Dagster writes a batch of events with one INSERT, each single event in a transaction of its own.
@@ -9,9 +10,12 @@ import psycopg
 import pytest
 
 from surveillance_pipeline import reporting
+from surveillance_pipeline.dagster_internals import asset_partition_status
+from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
+from surveillance_pipeline_tests.pipeline import execute_as_launched
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -26,7 +30,7 @@ class PartitionFailed(Exception):
 @dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
 def reported(context: dg.AssetExecutionContext):
     yield from report_partitions(
-        context, lambda key: PartitionReport(f"v-{key}", {"action": "skipped"}), upstream=None
+        context, lambda key: PartitionReport(f"v-{key}", {"action": "skipped", "reason": "same key"})
     )
 
 
@@ -37,7 +41,7 @@ def fails_midway(context: dg.AssetExecutionContext):
             raise PartitionFailed(key)
         return PartitionReport(f"v-{key}", {"action": "loaded"})
 
-    yield from report_partitions(context, compute, upstream=None)
+    yield from report_partitions(context, compute)
 
 
 @dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
@@ -50,7 +54,7 @@ def unreportable_midway(context: dg.AssetExecutionContext):
             metadata["not metadata"] = object()
         return PartitionReport(f"v-{key}", metadata)
 
-    yield from report_partitions(context, compute, upstream=None)
+    yield from report_partitions(context, compute)
 
 
 def _materialize(asset: dg.AssetsDefinition, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
@@ -119,40 +123,58 @@ def test_a_batch_open_for_batch_seconds_is_closed(postgres_instance, dagster_sto
     assert _transactions_and_events(dagster_storage_url, result.run_id) == (71, 71)
 
 
+def test_a_skip_says_so_where_a_user_looks(postgres_instance):
+    result = _materialize(reported, postgres_instance)
+    assert result.success
+    records = postgres_instance.fetch_materializations(reported.key, limit=1000).records
+    assert {r.asset_materialization.description for r in records} == {"skipped: same key"}
+    run = postgres_instance.get_run_by_id(result.run_id)
+    assert run.tags["surveillance/reported"] == "71 skipped"
+
+
 def test_a_failing_partition_fails_alone_and_the_others_are_reported(
     postgres_instance, dagster_storage_url, monkeypatch
 ):
     monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
     result = _materialize(fails_midway, postgres_instance)
-    # One species that fails is its own partition's failure: the step, and so its downstream, go on.
-    assert result.success
+    # The others are reported; then the step fails, so Dagster shows that one partition failed.
+    assert not result.success
     others = [key for key in partition_keys() if key != FAILING_PARTITION]
     assert _data_versions(postgres_instance, fails_midway) == {key: f"v-{key}" for key in others}
-    assert reporting.failed_partitions(result.run_id) == {
-        fails_midway.key: {FAILING_PARTITION: FAILING_PARTITION}
+    assert reporting.failed_partitions(postgres_instance, result.run_id) == {
+        "fails_midway": {FAILING_PARTITION: FAILING_PARTITION}
     }
+    assert _failed_in_dagster(postgres_instance, fails_midway) == {FAILING_PARTITION}
+    run = postgres_instance.get_run_by_id(result.run_id)
+    assert run.tags["surveillance/fails_midway"] == "1 failed, 70 loaded"
+
+
+def _failed_in_dagster(instance: dg.DagsterInstance, asset: dg.AssetsDefinition) -> set[str]:
+    """The partitions Dagster's own status shows failed (what the UI's partition bar reads)."""
+    return asset_partition_status(instance, asset.key, species_partitions)["failed"]
 
 
 @dg.asset(
     partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run(), deps=[fails_midway]
 )
 def downstream_of_failure(context: dg.AssetExecutionContext):
-    yield from report_partitions(context, lambda key: PartitionReport(f"d-{key}", {}), upstream=None)
+    yield from report_partitions(context, lambda key: PartitionReport(f"d-{key}", {}))
 
 
 def test_downstream_leaves_out_the_partitions_whose_upstream_failed(postgres_instance, monkeypatch):
+    """As launched (the project's executor): the step that failed one partition hands its output on, the
+    next step computes the others, and the run fails; nothing is recorded for the failed partition."""
     monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
     keys = partition_keys()
-    result = dg.materialize(
-        [fails_midway, downstream_of_failure],
-        instance=postgres_instance,
-        tags=partition_range_tags(keys[0], keys[-1]),
-        raise_on_error=False,
-        run_config=QUIET_CONSOLE,
-    )
-    assert result.success
+    job = dg.Definitions(
+        assets=[fails_midway, downstream_of_failure], executor=EXECUTOR
+    ).resolve_implicit_global_asset_job_def()
+    run = execute_as_launched(postgres_instance, job, tags=partition_range_tags(keys[0], keys[-1]))
+    assert run.status == dg.DagsterRunStatus.FAILURE
     others = {key: f"d-{key}" for key in keys if key != FAILING_PARTITION}
     assert _data_versions(postgres_instance, downstream_of_failure) == others
+    assert _failed_in_dagster(postgres_instance, downstream_of_failure) == {FAILING_PARTITION}
+    assert run.tags["surveillance/downstream_of_failure"] == "70 loaded, 1 not computed"
 
 
 @dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
@@ -160,7 +182,7 @@ def fails_everywhere(context: dg.AssetExecutionContext):
     def compute(key: str) -> PartitionReport:
         raise PartitionFailed(key)
 
-    yield from report_partitions(context, compute, upstream=None)
+    yield from report_partitions(context, compute)
 
 
 def test_a_step_whose_every_partition_fails_fails(postgres_instance, monkeypatch):

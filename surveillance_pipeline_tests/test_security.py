@@ -22,9 +22,9 @@ from urllib.parse import urlsplit, urlunsplit
 import dagster as dg
 import psycopg
 import pytest
-from dagster._serdes import serialize_value
 from psycopg import sql
 
+from surveillance_pipeline.dagster_internals import serialize_value
 from surveillance_pipeline.releases.assets import derived_dataset_registration, sample_export
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import occurrence_sample_summary

@@ -1,4 +1,5 @@
-"""The batches sensor: a new (or corrected) file in data/batches/ -> a run for that day's partition.
+"""The batches sensor: a new (or corrected) file in data/batches/ -> its day as a partition (when it is not
+one yet) and a run for that partition.
 
 Launch-level skip: a file whose sha256 the warehouse's batch ledger has applied requests nothing (the
 ledger is what the asset itself decides by, so the sensor and the asset agree whatever Dagster's event
@@ -20,15 +21,16 @@ from surveillance_pipeline.resources import DataPaths, Warehouse
     target=occurrence_batches,
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=10,
-    description="A new or corrected data/batches/<day>.csv -> a run of occurrence_batches for that day.",
+    description="A new or corrected data/batches/<day>.csv -> its day as a partition of occurrence_batches "
+    "and a run for it.",
 )
 def batches_sensor(
     context: dg.SensorEvaluationContext, paths: DataPaths, warehouse: Warehouse
 ) -> dg.SensorResult:
-    requests, notes = [], []
+    requests, notes, new_days = [], [], []
     with warehouse.connect() as conn:
         applied = applied_checksums(conn, TARGET)
-    valid_days = set(batch_days.get_partition_keys(dynamic_partitions_store=context.instance))
+    known_days = set(batch_days.get_partition_keys(dynamic_partitions_store=context.instance))
     for path in sorted(paths.batches().glob("*.csv")):
         day = path.stem
         try:
@@ -36,14 +38,17 @@ def batches_sensor(
         except ValueError:
             notes.append(f"{path.name}: not named by a day (YYYY-MM-DD.csv)")
             continue
-        if day not in valid_days:
-            notes.append(f"{path.name}: {day} is not a partition of occurrence_batches")
+        if len(day) != len("YYYY-MM-DD"):
+            notes.append(f"{path.name}: not named by a day (YYYY-MM-DD.csv)")
             continue
+        if day not in known_days:
+            new_days.append(day)
         checksum = sha256_file(path)
         if checksum in applied:
             continue
         requests.append(dg.RunRequest(run_key=f"{day}|{checksum}", partition_key=day))
     return dg.SensorResult(
         run_requests=requests,
+        dynamic_partitions_requests=[batch_days.build_add_request(new_days)] if new_days else None,
         skip_reason=None if requests else "; ".join(["nothing changed", *notes]),
     )

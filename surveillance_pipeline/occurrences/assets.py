@@ -152,7 +152,7 @@ def gbif_raw(
                 retrieved=ingest_outcome.retrieved,
             )
 
-        yield from report_partitions(context, ingest_partition, upstream=None)
+        yield from report_partitions(context, ingest_partition)
 
 
 @dg.asset(
@@ -199,7 +199,7 @@ def gbif_derived(
             )
             return outcome_report(outcome, derived_sha256, path=str(derived_path), **counts)
 
-        yield from report_partitions(context, derive_partition, upstream=gbif_raw.key)
+        yield from report_partitions(context, derive_partition)
 
 
 @dg.asset(
@@ -228,4 +228,4 @@ def occurrences(
                 outcome, outcome.job_key, table="occurrences", species_id=species.species_id
             )
 
-        yield from report_partitions(context, load_partition, upstream=gbif_derived.key)
+        yield from report_partitions(context, load_partition)

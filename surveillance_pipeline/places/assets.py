@@ -51,7 +51,7 @@ def geocoded_localities(
                 found=result.found,
             )
 
-        yield from report_partitions(context, geocode_partition, upstream=gbif_raw.key)
+        yield from report_partitions(context, geocode_partition)
 
 
 class RegionAssignmentConfig(dg.Config):
@@ -88,4 +88,4 @@ def region_assignment(
             )
             return outcome_report(outcome, table="region_assignment", layer_sha256=layer_sha256)
 
-        yield from report_partitions(context, assign_partition, upstream=occurrences.key)
+        yield from report_partitions(context, assign_partition)

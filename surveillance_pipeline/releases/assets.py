@@ -43,8 +43,8 @@ from surveillance_pipeline.releases.replay import replay_masked_release as repla
 from surveillance_pipeline.reporting import (
     PartitionEvents,
     PartitionReport,
-    materialize_result,
     outcome_report,
+    report_asset,
     report_partitions,
 )
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
@@ -59,7 +59,7 @@ def _export(
     name: str,
     parts_of: Callable[[psycopg.Connection], JobKeyParts],
     build: Callable[[psycopg.Connection], BuiltExport],
-) -> dg.MaterializeResult:
+) -> PartitionEvents:
     folder = paths.exports(name)
     with warehouse.connect() as conn:
         parts, built = export_if_changed(conn, folder, parts_of, build)
@@ -73,8 +73,14 @@ def _export(
             run_id=context.run.run_id,
             unchanged=built is None,
         )
-    return materialize_result(
-        outcome, folder=str(folder), manifest_sha256=sha256_file(folder / MANIFEST), order="ORDER BY id"
+    yield from report_asset(
+        context,
+        outcome_report(
+            outcome,
+            folder=dg.MetadataValue.path(str(folder)),
+            manifest_sha256=sha256_file(folder / MANIFEST),
+            order="ORDER BY id",
+        ),
     )
 
 
@@ -104,8 +110,8 @@ EXPORT_ASSET: dict[str, Any] = {
 )
 def sample_export(
     context: dg.AssetExecutionContext, warehouse: Warehouse, paths: DataPaths
-) -> dg.MaterializeResult:
-    return _export(context, warehouse, paths, "sample", sample_export_parts, build_sample_export)
+) -> PartitionEvents:
+    yield from _export(context, warehouse, paths, "sample", sample_export_parts, build_sample_export)
 
 
 @dg.asset(
@@ -118,8 +124,8 @@ def sample_export(
 )
 def devil_snapshot_export(
     context: dg.AssetExecutionContext, warehouse: Warehouse, paths: DataPaths
-) -> dg.MaterializeResult:
-    return _export(
+) -> PartitionEvents:
+    yield from _export(
         context, warehouse, paths, "devil_snapshot", devil_snapshot_export_parts, build_devil_snapshot_export
     )
 
@@ -215,7 +221,7 @@ def masked_release(
                 manifest_sha256=release.manifest_sha256,
             )
 
-        yield from report_partitions(context, release_partition, upstream=occurrences.key)
+        yield from report_partitions(context, release_partition)
 
 
 class ReplayConfig(dg.Config):

@@ -11,8 +11,8 @@ from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.reporting import (
     PartitionEvents,
     PartitionReport,
-    materialize_result,
     outcome_report,
+    report_asset,
     report_partitions,
 )
 from surveillance_pipeline.resources import DataPaths, Warehouse
@@ -65,7 +65,7 @@ def occurrence_sample(
                 left=dg.MetadataValue.json([{"id": i, "pick": p} for i, p in drift.left]),
             )
 
-        yield from report_partitions(context, sample_partition, upstream=occurrences.key)
+        yield from report_partitions(context, sample_partition)
 
 
 @dg.asset(
@@ -78,9 +78,7 @@ def occurrence_sample(
     description="The course's summary of occurrence_sample: records, species and "
     "md5(string_agg(id::text, ',' ORDER BY id)) of the picked ids.",
 )
-def occurrence_sample_summary(
-    context: dg.AssetExecutionContext, warehouse: Warehouse
-) -> dg.MaterializeResult:
+def occurrence_sample_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> PartitionEvents:
     with warehouse.connect() as conn:
         with conn.transaction():
             # One snapshot for the state rows and the summary they describe.
@@ -102,12 +100,15 @@ def occurrence_sample_summary(
             run_id=context.run.run_id,
             unchanged=last_recorded_key(conn, "occurrence_sample_summary", WHOLE_TARGET) == parts.key,
         )
-    return materialize_result(
-        outcome,
-        records=summary.records,
-        species=summary.species,
-        ids_md5=summary.ids_md5,
-        summary=summary.line(),
+    yield from report_asset(
+        context,
+        outcome_report(
+            outcome,
+            records=summary.records,
+            species=summary.species,
+            ids_md5=summary.ids_md5,
+            summary=summary.line(),
+        ),
     )
 
 

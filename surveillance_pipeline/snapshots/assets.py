@@ -4,7 +4,7 @@ import dagster as dg
 
 from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.reporting import materialize_result
+from surveillance_pipeline.reporting import PartitionEvents, outcome_report, report_asset
 from surveillance_pipeline.resources import DataPaths, Warehouse
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.deliveries import Delivery, newest_delivery, read_delivery
@@ -52,14 +52,16 @@ class DevilSnapshotConfig(dg.Config):
 )
 def devil_snapshot(
     context: dg.AssetExecutionContext, config: DevilSnapshotConfig, paths: DataPaths, warehouse: Warehouse
-) -> dg.MaterializeResult:
+) -> PartitionEvents:
     delivery = newest_devil_delivery(paths)
     rules = devil.SnapshotRules(cap=config.cap, licenses=tuple(config.licenses))
     with warehouse.connect() as conn:
         outcome = devil.refresh_devil_snapshot(
             conn, delivery=delivery, rules=rules, run_id=context.run.run_id
         )
-    return materialize_result(outcome, delivery=delivery.path.name, table="devil_snapshot")
+    yield from report_asset(
+        context, outcome_report(outcome, delivery=delivery.path.name, table="devil_snapshot")
+    )
 
 
 @dg.asset_check(
