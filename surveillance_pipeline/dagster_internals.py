@@ -54,6 +54,7 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     BACKFILL_ID_TAG,
+    REPOSITORY_LABEL_TAG,
 )
 from dagster._core.workspace.load import location_origins_from_yaml_paths
 from dagster._serdes import ConfigurableClassData, serialize_value
@@ -71,6 +72,8 @@ __all__ = [
     "DATA_VERSION_TAG",
     "NULL_EVENT_POINTER",
     "OWN_EVENTS_METADATA_KEY",
+    "REPOSITORY_LABEL_TAG",
+    "REPOSITORY_NAME",
     "SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD",
     "ConfigurableClassData",
     "PostgresStorageConfig",
@@ -81,6 +84,7 @@ __all__ = [
     "execute_in_code_location",
     "get_input_data_version_tag",
     "get_input_event_pointer_tag",
+    "location_origins_from_yaml_paths",
     "log_batched_materialization",
     "observe",
     "pg_config",

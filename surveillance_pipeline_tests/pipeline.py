@@ -187,6 +187,22 @@ def execute_as_launched(
     )
 
 
+def materialized_in_run(instance: dg.DagsterInstance, run_id: str) -> set[dg.AssetKey]:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    return {e.asset_key for r in records if (e := r.event_log_entry.asset_materialization) is not None}
+
+
+def check_evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, bool]:
+    """Each asset check the run evaluated, and whether it passed."""
+    kind = dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    evaluations = {}
+    for record in instance.get_records_for_run(run_id, of_type=kind).records:
+        event = record.event_log_entry.dagster_event
+        if event is not None:
+            evaluations[event.event_specific_data.check_name] = event.event_specific_data.passed
+    return evaluations
+
+
 def materializations_in_run(instance: dg.DagsterInstance, run_id: str, asset: str) -> dict[str | None, Any]:
     """Each partition's materialization in the run (None: unpartitioned), by the run's event log."""
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records

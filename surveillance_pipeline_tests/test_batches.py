@@ -5,7 +5,7 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.definitions import assemble
-from surveillance_pipeline.ledger.assets import occurrence_batches
+from surveillance_pipeline.ledger.assets import add_batch_days, occurrence_batches
 from surveillance_pipeline.ledger.feed import read_batch
 from surveillance_pipeline.ledger.lab_batches import lab_batch_days, write_lab_batches
 from surveillance_pipeline.reporting import partition_range_tags
@@ -25,7 +25,7 @@ def instance():
 
 
 def _backfill(instance, database_url, data_dir):
-    days = lab_batch_days()
+    days = add_batch_days(instance, lab_batch_days())
     job = assemble(resources(database_url, data_dir)).resolve_job_def("batch_days")
     result = job.execute_in_process(instance=instance, tags=partition_range_tags(days[0], days[-1]))
     assert result.success
@@ -137,6 +137,7 @@ def test_a_bad_batch_is_named_and_changes_nothing(
         read_batch(path)
     assert (error.value.where, error.value.field) == (where, field)
     if name == "2026-10-02.csv":
+        add_batch_days(instance, [path.stem])
         with pytest.raises(InputError):
             dg.materialize(
                 [occurrence_batches],

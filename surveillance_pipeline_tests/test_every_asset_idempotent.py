@@ -31,12 +31,18 @@ from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
-from surveillance_pipeline.lab_run import QUIET_CONSOLE, batch_days_present, prepare_lab_inputs
+from surveillance_pipeline.lab_run import batch_days_present, prepare_lab_inputs
+from surveillance_pipeline.ledger.assets import add_batch_days
 from surveillance_pipeline.outputs import declared_outputs
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline.reporting import partition_range_tags, recorded_data_version
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.pipeline import resources
+from surveillance_pipeline_tests.pipeline import (
+    check_evaluations,
+    execute_as_launched,
+    materialized_in_run,
+    resources,
+)
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
@@ -83,7 +89,7 @@ def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Pat
     """make run's plan over the first SPECIES_COUNT species; returns the assets it materialized."""
     prepare_lab_inputs(root)
     species = partition_keys()[:SPECIES_COUNT]
-    days = batch_days_present(root)
+    days = add_batch_days(instance, batch_days_present(root))
     plan = [
         (SPECIES_ASSETS_JOB, partition_range_tags(species[0], species[-1])),
         (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
@@ -91,13 +97,11 @@ def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Pat
     ]
     materialized: set[dg.AssetKey] = set()
     for job, tags in plan:
-        result = defs.resolve_job_def(job).execute_in_process(
-            instance=instance, tags=tags, run_config=QUIET_CONSOLE
-        )
-        assert result.success, job
-        materialized |= {event.asset_key for event in result.get_asset_materialization_events()}
-        checks = result.get_asset_check_evaluations()
-        assert all(check.passed for check in checks), [(c.check_name, c.passed) for c in checks]
+        run = execute_as_launched(instance, defs.resolve_job_def(job), tags=tags)
+        assert run.status == dg.DagsterRunStatus.SUCCESS, job
+        materialized |= set(materialized_in_run(instance, run.run_id))
+        checks = check_evaluations(instance, run.run_id)
+        assert all(checks.values()), checks
     return materialized
 
 
@@ -147,7 +151,8 @@ def data_versions(defs: dg.Definitions, instance: dg.DagsterInstance, keys, root
         if partitions_def is None:
             partitions: list[str | None] = [None]
         else:
-            partitions = [p for p in partitions_def.get_partition_keys() if p in species or p in days]
+            every = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+            partitions = [p for p in every if p in species or p in days]
             assert partitions, key
         for partition in partitions:
             versions[f"{key.to_user_string()}[{partition}]"] = recorded_data_version(instance, key, partition)

@@ -8,7 +8,13 @@ import pytest
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab_run import run_all_partitions, step_seconds, summarize
-from surveillance_pipeline_tests.pipeline import SPINE, data_version, resources
+from surveillance_pipeline_tests.pipeline import (
+    SPINE,
+    check_evaluations,
+    data_version,
+    materializations_in_run,
+    resources,
+)
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 ASSETS = (
@@ -36,7 +42,13 @@ def _events_per_partition(instance, asset):
 def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_dir, postgres_instance):
     definitions = _definitions(database_url, data_dir)
     first = run_all_partitions(postgres_instance, definitions, data_dir)
-    assert [r.success for r in first] == [True, True, True]
+    assert [r.job_name for r in first] == [
+        "observe_sources",
+        "species_assets",
+        "batch_days",
+        "whole_target_assets",
+    ]
+    assert {r.status for r in first} == {dg.DagsterRunStatus.SUCCESS}
     lines = summarize(database_url, [r.run_id for r in first])
     table = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
     assert lines[0].split()[:5] == ["asset", "loaded", "skipped", "rows", "seconds"]
@@ -59,13 +71,13 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
         "devil_snapshot_export": ["1", "0", "1000"],
     }
     assert all("first load" in line or "new batch" in line for line in lines[1:])
-    summary = first[2].asset_materializations_for_node("occurrence_sample_summary")[0].metadata
-    assert (summary["records"].value, summary["species"].value) == (4766, 71)
-    checks = first[2].get_asset_check_evaluations()
-    assert sorted((c.check_name, c.passed) for c in checks) == [
-        ("devil_snapshot_holds", True),
-        ("sample_engines_agree", True),
-    ]
+    summary = materializations_in_run(postgres_instance, first[3].run_id, "occurrence_sample_summary")
+    metadata = summary[None].metadata
+    assert (metadata["records"].value, metadata["species"].value) == (4766, 71)
+    assert check_evaluations(postgres_instance, first[3].run_id) == {
+        "devil_snapshot_holds": True,
+        "sample_engines_agree": True,
+    }
     exports = sorted(
         p.relative_to(data_dir).as_posix() for p in (data_dir / "exports").rglob("*") if p.is_file()
     )
@@ -77,7 +89,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     assert sorted(states) == sorted(partition_keys())
     assert len(set(states.values())) == 71
     for asset in ASSETS:
-        # The deferred-events run tag: exactly one event per partition, none with a shared version.
+        # Exactly one event per partition, none with a shared version.
         assert set(_events_per_partition(postgres_instance, asset).values()) == {1}, asset
     assert len(_events_per_partition(postgres_instance, "occurrence_batches")) == 21
     for key in partition_keys():
@@ -85,7 +97,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
 
     xmins = db.execute("SELECT md5(string_agg(xmin::text, ',' ORDER BY id)) FROM occurrences").fetchone()
     second = run_all_partitions(postgres_instance, definitions, data_dir)
-    assert all(r.success for r in second)
+    assert {r.status for r in second} == {dg.DagsterRunStatus.SUCCESS}
     for line in summarize(database_url, [r.run_id for r in second])[1:]:
         asset, loaded, skipped = line.split()[:3]
         expected = table[asset][0]
@@ -100,10 +112,10 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
         assert data_version(postgres_instance, "occurrences", key) == states[key]
 
 
-def test_a_range_run_without_the_defer_tag_still_ends_with_per_partition_versions(
+def test_a_range_run_as_the_ui_launches_it_writes_one_event_per_partition(
     db, database_url, data_dir, postgres_instance
 ):
-    """A single-run backfill launched from the UI: Dagster's common version first, ours last."""
+    """A single-run backfill launched from the UI (no tag of ours): one event per partition, its own."""
     keys = partition_keys()[:3]
     result = dg.materialize(
         SPINE,
@@ -118,3 +130,5 @@ def test_a_range_run_without_the_defer_tag_still_ends_with_per_partition_version
     assert sorted(states) == sorted(keys) and len(set(states.values())) == 3
     for key in keys:
         assert data_version(postgres_instance, "occurrences", key) == states[key]
+    for asset in ("gbif_raw", "gbif_derived", "occurrences"):
+        assert _events_per_partition(postgres_instance, asset) == {key: 1 for key in keys}, asset

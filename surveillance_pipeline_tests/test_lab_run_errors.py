@@ -39,8 +39,9 @@ def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
     assert finished.returncode != 0, output
     assert "UndefinedTable" not in output and "Traceback" not in output, output
     last = [line for line in finished.stderr.splitlines() if line.strip()][-1]
-    # The reader's wording may change; the step and the file it names must not.
-    assert last.startswith("make run: gbif_raw failed: "), output
+    # The reader's wording may change; the step and the file it names must not. The first step is the
+    # observation of the downloads folder, before any load.
+    assert last.startswith("make run: gbif_downloads failed: "), output
     assert "bad.zip" in last, output
     assert "FAILED" in finished.stdout, output
 

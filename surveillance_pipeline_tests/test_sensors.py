@@ -28,8 +28,14 @@ def instance():
 
 
 def _tick(sensor, instance, definitions, cursor=None):
+    # With the instance's ref, as the daemon evaluates it: a run request for a day the same tick adds as a
+    # partition is checked against the partitions after the tick's requests.
     context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, definitions=definitions, resources=definitions.resources
+        instance=instance,
+        instance_ref=instance.get_ref(),
+        cursor=cursor,
+        definitions=definitions,
+        resources=definitions.resources,
     )
     return sensor.evaluate_tick(context), context
 
@@ -111,9 +117,12 @@ def test_batches_sensor_requests_each_new_day_once(db, database_url, data_dir, i
     write_lab_batches(data_dir)
     (data_dir / "batches" / "2026-02-30.csv").write_text("id,species,year,longitude,latitude,license\n")
     first, _ = _tick(batches_sensor, instance, definitions)
-    assert [r.partition_key for r in first.run_requests] == sorted(
-        p.stem for p in (data_dir / "batches").glob("2026-10-*.csv")
-    )
+    days = sorted(p.stem for p in (data_dir / "batches").glob("2026-10-*.csv"))
+    assert [r.partition_key for r in first.run_requests] == days
+    # Each day with a file becomes a partition (what the daemon does with the tick's request).
+    [added] = first.dynamic_partitions_requests
+    assert (added.partitions_def_name, sorted(added.partition_keys)) == ("batch_days", days)
+    instance.add_dynamic_partitions(added.partitions_def_name, list(added.partition_keys))
     day = first.run_requests[0].partition_key
     dg.materialize(
         [occurrence_batches],
@@ -124,6 +133,7 @@ def test_batches_sensor_requests_each_new_day_once(db, database_url, data_dir, i
     second, _ = _tick(batches_sensor, instance, definitions)
     assert day not in [r.partition_key for r in second.run_requests]
     assert len(second.run_requests) == len(first.run_requests) - 1
+    assert not second.dynamic_partitions_requests
 
 
 def test_weekly_schedule_runs_every_species_in_one_run(database_url, data_dir, instance):

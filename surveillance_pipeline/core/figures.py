@@ -1,0 +1,78 @@
+"""Small figures for the UI: a species' points on a map, a histogram; PNG bytes, and the markdown that
+embeds them in Dagster metadata (as Dagster's docs embed plots: a data URI in markdown metadata).
+
+Each figure is stored in Dagster's event log with its materialization, so they are small: a few kB at
+about 300 x 220 pixels. matplotlib's Agg backend needs no display; it is imported on first use, since most
+runs skip every partition and draw nothing. The same input draws the same bytes (no timestamp is written).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from typing import Any
+
+WIDTH_INCHES, HEIGHT_INCHES, DPI = 4.0, 3.0, 72
+# PNG text chunks: matplotlib writes its version as "Software"; nothing that changes from run to run.
+PNG_METADATA = {"Software": None}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(figure: Any) -> bytes:
+    plt = _pyplot()
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def points_map_png(cells: Sequence[tuple[float, float, int]], title: str) -> bytes:
+    """Points counted on a grid (cell centre longitude, latitude, count), darker where there are more."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(WIDTH_INCHES, HEIGHT_INCHES))
+    if cells:
+        longitudes, latitudes, counts = zip(*cells, strict=True)
+        axes.scatter(longitudes, latitudes, c=counts, s=9, cmap="viridis", marker="s", linewidths=0)
+        # Degrees of longitude shrink with latitude: equal metres on both axes at the points' latitude.
+        middle = (min(latitudes) + max(latitudes)) / 2
+        axes.set_aspect(1 / max(0.2, _cos_degrees(middle)))
+    else:
+        axes.text(0.5, 0.5, "no point", ha="center", va="center", transform=axes.transAxes)
+    axes.set_xlabel("longitude")
+    axes.set_ylabel("latitude")
+    axes.set_title(title, fontsize=9)
+    axes.tick_params(labelsize=7)
+    return _png(figure)
+
+
+def histogram_png(edges: Sequence[float], counts: Sequence[int], xlabel: str, title: str) -> bytes:
+    """Bars of ``counts`` between consecutive ``edges``."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(WIDTH_INCHES, HEIGHT_INCHES))
+    widths = [right - left for left, right in zip(edges[:-1], edges[1:], strict=True)]
+    axes.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="white")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel("records")
+    axes.set_title(title, fontsize=9)
+    axes.tick_params(labelsize=7)
+    return _png(figure)
+
+
+def markdown_image(png: bytes, alt: str) -> str:
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
+
+
+def _cos_degrees(degrees: float) -> float:
+    import math
+
+    return math.cos(math.radians(degrees))
