@@ -37,7 +37,7 @@ class Warehouse(dg.ConfigurableResource):
         # Every pooled step's run sets the warehouse up before its first step claims a pool slot: the
         # moment to give back the slots of runs whose process was killed (run_health says why).
         if context.instance is not None and context.dagster_run is not None:
-            claim_run_process(context.instance, context.dagster_run, context.log)
+            claim_run_process(context.instance, context.run, context.log)
 
     def connect(self) -> psycopg.Connection:
         """An autocommit connection: every write happens inside an explicit ``conn.transaction()``."""

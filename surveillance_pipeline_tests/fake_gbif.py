@@ -11,8 +11,11 @@ import json
 import socket
 import threading
 from collections import defaultdict, deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from surveillance_pipeline.gbif.lab import LabGbifClient, species_for_params
 
 
 class FakeGbif:
@@ -23,6 +26,8 @@ class FakeGbif:
         self.requests: list[dict] = []
         self.derived_datasets: list[dict] = []
         self.create_mode = "created"
+        # Set by serve_lab_occurrences: occurrence searches answered from the lab data, per species edited.
+        self.lab_edits: dict[str, Callable[[list[dict]], list[dict]]] | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -60,6 +65,9 @@ class FakeGbif:
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 self._record(query)
+                if parts.path == "/v1/occurrence/search" and fake.lab_edits is not None:
+                    self._send(200, {}, fake.lab_search(query))
+                    return
                 if parts.path.startswith("/v1/derivedDataset/user/"):
                     offset, limit = int(query["offset"]), int(query["limit"])
                     page = fake.derived_datasets[offset : offset + limit]
@@ -77,6 +85,33 @@ class FakeGbif:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def serve_lab_occurrences(self) -> None:
+        """Answer every occurrence search from the lab data (GBIF as the lab sees it), until edited."""
+        self.lab_edits = {}
+
+    def edit_species(self, slug: str, edit: Callable[[list[dict]], list[dict]]) -> None:
+        """GBIF's records of one species change: its searches answer ``edit(records)`` from now on."""
+        assert self.lab_edits is not None, "serve_lab_occurrences first"
+        self.lab_edits[slug] = edit
+
+    def lab_search(self, query: dict[str, str]) -> dict:
+        offset, limit = int(query.pop("offset", 0)), int(query.pop("limit", 300))
+        everything = LabGbifClient().search_occurrences(query, offset=0, limit=10**9)
+        records = list(everything["results"])
+        species = species_for_params(query)
+        if species is not None and self.lab_edits and species.slug in self.lab_edits:
+            records = self.lab_edits[species.slug](records)
+        page = records[offset : offset + limit]
+        end = offset + len(page) >= len(records)
+        return {
+            **everything,
+            "count": len(records),
+            "offset": offset,
+            "limit": limit,
+            "results": page,
+            "endOfRecords": end,
+        }
 
     def answer(self, path: str, *answers, offset: str = "*") -> None:
         """Queue answers for ``GET /v1/<path>`` (for one ``offset``, or any)."""

@@ -156,7 +156,7 @@ def lab_records(slug: str) -> tuple[dict[str, Any], ...]:
     return tuple(_record(species, index, key) for index, key in enumerate(_gbif_ids(species)))
 
 
-def _species_for_params(params: Mapping[str, Any]) -> Species | None:
+def species_for_params(params: Mapping[str, Any]) -> Species | None:
     """The registry species whose request these params are; None when no lab species matches."""
     wanted = {name: str(value) for name, value in params.items()}
     for species in load_registry():
@@ -172,7 +172,7 @@ class LabGbifClient:
     snapshot_retrieved: str | None = LAB_RETRIEVED
 
     def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
-        species = _species_for_params(params)
+        species = species_for_params(params)
         records = lab_records(species.slug) if species else ()
         page = list(records[offset : offset + limit])
         return {
