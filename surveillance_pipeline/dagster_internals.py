@@ -19,6 +19,9 @@ What is used, and why no public API does it (Dagster 1.13.27):
 - The instance storage's configuration classes (instance_storage.py).
 - ``asset_partition_status``: the partition status the UI shows (materialized, failed, in progress), for
   tests and make run's checks; GraphQL gives the same to a client of the webserver.
+- ``show_automation_running``: the UI reads the pre-sensor auto-materialize daemon's pause flag, which is
+  paused until someone sets it, and shows "Auto-materialize off" on every job page even while the
+  automation sensor runs. The flag gates nothing here (automation runs as a sensor, Dagster's default).
 - ``observe``, the observation twin of ``materialize`` (tests), which 1.13 keeps out of its namespace.
 """
 
@@ -57,6 +60,7 @@ from dagster._core.storage.tags import (
     REPOSITORY_LABEL_TAG,
 )
 from dagster._core.workspace.load import location_origins_from_yaml_paths
+from dagster._daemon.asset_daemon import get_auto_materialize_paused, set_auto_materialize_paused
 from dagster._serdes import ConfigurableClassData, serialize_value
 from dagster._utils.error import SerializableErrorInfo
 
@@ -82,6 +86,7 @@ __all__ = [
     "UserConfigSchema",
     "asset_partition_status",
     "execute_in_code_location",
+    "get_auto_materialize_paused",
     "get_input_data_version_tag",
     "get_input_event_pointer_tag",
     "location_origins_from_yaml_paths",
@@ -89,6 +94,7 @@ __all__ = [
     "observe",
     "pg_config",
     "serialize_value",
+    "show_automation_running",
     "step_execution_context",
 ]
 
@@ -161,3 +167,11 @@ def asset_partition_status(
         "failed": set(value.deserialize_failed_partition_subsets(partitions).get_partition_keys()),
         "in_progress": set(value.deserialize_in_progress_partition_subsets(partitions).get_partition_keys()),
     }
+
+
+def show_automation_running(instance: dg.DagsterInstance) -> bool:
+    """Unpause the legacy auto-materialize flag the UI shows; True when it was paused."""
+    paused = get_auto_materialize_paused(instance)
+    if paused:
+        set_auto_materialize_paused(instance, False)
+    return paused

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from surveillance_pipeline.dagster_internals import show_automation_running
+
 POOL_LIMIT = 1
 
 
@@ -35,11 +37,14 @@ def ensure_pool_limits(instance: dg.DagsterInstance, definitions: dg.Definitions
 
 
 def main() -> int:
+    """Prepare the instance for the UI and daemon: pool limits, and automation shown as it runs."""
     from surveillance_pipeline.definitions import defs
 
     with dg.DagsterInstance.get() as instance:
         for pool in ensure_pool_limits(instance, defs):
             print(f"pool {pool}: limit {POOL_LIMIT}")
+        if show_automation_running(instance):
+            print("automation: shown as running (it runs as automation_sensor)")
     return 0
 
 

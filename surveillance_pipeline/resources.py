@@ -36,7 +36,7 @@ class Warehouse(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # Every pooled step's run sets the warehouse up before its first step claims a pool slot: the
         # moment to give back the slots of runs whose process was killed (run_health says why).
-        if context.instance is not None and context.dagster_run is not None:
+        if context.instance is not None and context.run is not None:
             claim_run_process(context.instance, context.run, context.log)
 
     def connect(self) -> psycopg.Connection:
@@ -77,6 +77,10 @@ class DataPaths(dg.ConfigurableResource):
 
     def exports(self, name: str) -> Path:
         return Path(self.root) / "exports" / name
+
+    def figures(self, asset: str) -> Path:
+        """``data/figures/<asset>/``: the pictures an asset shows in the UI (never an input)."""
+        return Path(self.root) / "figures" / asset
 
     def partition(self, asset: str, partition_key: str) -> Path:
         """``data/<asset>/<partition>/``: a partition's files, replaced whole (core.partition_files)."""

@@ -49,7 +49,14 @@ def project_dagster_home(home: Path, storage_url: str) -> dict[str, str]:
 class DagsterDev:
     """`dagster dev` over a Postgres-backed instance configured by the project's own dagster.yaml."""
 
-    def __init__(self, home: Path, warehouse_url: str, storage_url: str, data_dir: Path) -> None:
+    def __init__(
+        self,
+        home: Path,
+        warehouse_url: str,
+        storage_url: str,
+        data_dir: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -58,6 +65,7 @@ class DagsterDev:
             **project_dagster_home(home, storage_url),
             "SURVEILLANCE_DATABASE_URL": warehouse_url,
             "SURVEILLANCE_DATA_DIR": str(data_dir),
+            **(extra_env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = home / "dagster_dev.log"

@@ -143,7 +143,14 @@ def materialize(
 def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
     events = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(asset)]
     assert len(events) == 1, f"expected one materialization of {asset}, got {len(events)}"
-    return {name: value.value for name, value in events[0].materialization.metadata.items()}
+    return {name: plain(value) for name, value in events[0].materialization.metadata.items()}
+
+
+def plain(value: Any) -> Any:
+    """A metadata value as plain data; a table as its rows (dicts)."""
+    if isinstance(value, dg.TableMetadataValue):
+        return [dict(record.data) for record in value.records]
+    return value.value
 
 
 def data_version(instance: dg.DagsterInstance, asset: str, partition: str = DEVIL) -> str | None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 WIDTH_INCHES, HEIGHT_INCHES, DPI = 4.0, 3.0, 72
@@ -45,7 +47,7 @@ def points_map_png(cells: Sequence[tuple[float, float, int]], title: str) -> byt
         axes.scatter(longitudes, latitudes, c=counts, s=9, cmap="viridis", marker="s", linewidths=0)
         # Degrees of longitude shrink with latitude: equal metres on both axes at the points' latitude.
         middle = (min(latitudes) + max(latitudes)) / 2
-        axes.set_aspect(1 / max(0.2, _cos_degrees(middle)))
+        axes.set_aspect(1 / max(0.2, _cos_degrees(middle)), adjustable="datalim")
     else:
         axes.text(0.5, 0.5, "no point", ha="center", va="center", transform=axes.transAxes)
     axes.set_xlabel("longitude")
@@ -66,6 +68,29 @@ def histogram_png(edges: Sequence[float], counts: Sequence[int], xlabel: str, ti
     axes.set_title(title, fontsize=9)
     axes.tick_params(labelsize=7)
     return _png(figure)
+
+
+# A figure kept beside the data is named by the first characters of the job key of what it shows.
+KEY_CHARACTERS = 16
+
+
+def kept_figure(folder: Path, name: str, job_key: str, draw: Callable[[], bytes | None]) -> bytes | None:
+    """The figure of ``name`` for ``job_key``: read when kept, else drawn and kept (an older one of the same
+    name removed). The same key shows the same rows, so a skip shows it again without drawing it."""
+    path = folder / f"{name}.{job_key[:KEY_CHARACTERS]}.png"
+    if path.is_file():
+        return path.read_bytes()
+    png = draw()
+    if png is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".png.staging")
+    staging.write_bytes(png)
+    os.replace(staging, path)
+    for old in folder.glob(f"{name}.*.png"):
+        if old != path:
+            old.unlink(missing_ok=True)
+    return png
 
 
 def markdown_image(png: bytes, alt: str) -> str:

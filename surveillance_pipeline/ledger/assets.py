@@ -50,7 +50,7 @@ def occurrence_batches(
 
         def apply_day(day: str) -> PartitionReport:
             path = batch_path(paths.batches(), day)
-            details: dict[str, Any] = {"file": str(path)}
+            details: dict[str, Any] = {"file": dg.MetadataValue.path(str(path))}
             if not path.exists():
                 version = NO_BATCH
                 parts = JobKeyParts(input=NO_BATCH, transform=1, config={}, schema=SCHEMA_VERSION)

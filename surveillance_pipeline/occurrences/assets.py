@@ -37,6 +37,7 @@ from surveillance_pipeline.occurrences.load import (
     load_occurrences,
     verified_derived_file,
 )
+from surveillance_pipeline.occurrences.maps import occurrences_map
 from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline.occurrences.raw import records_path
 from surveillance_pipeline.outputs import outputs_metadata
@@ -148,7 +149,7 @@ def gbif_raw(
             return outcome_report(
                 outcome,
                 ingest_outcome.file_sha256,
-                path=str(ingest_outcome.path),
+                path=dg.MetadataValue.path(str(ingest_outcome.path)),
                 retrieved=ingest_outcome.retrieved,
             )
 
@@ -197,7 +198,9 @@ def gbif_derived(
                 unchanged=unchanged,
                 detail={"derived_sha256": derived_sha256, "counts": counts},
             )
-            return outcome_report(outcome, derived_sha256, path=str(derived_path), **counts)
+            return outcome_report(
+                outcome, derived_sha256, path=dg.MetadataValue.path(str(derived_path)), **counts
+            )
 
         yield from report_partitions(context, derive_partition)
 
@@ -225,7 +228,14 @@ def occurrences(
                 conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
             )
             return outcome_report(
-                outcome, outcome.job_key, table="occurrences", species_id=species.species_id
+                outcome,
+                outcome.job_key,
+                table="occurrences",
+                # Text: an identifier, not a quantity for the UI to plot.
+                species_id=str(species.species_id),
+                map=dg.MetadataValue.md(
+                    occurrences_map(conn, species, outcome.job_key, paths.figures("occurrences"))
+                ),
             )
 
         yield from report_partitions(context, load_partition)

@@ -62,6 +62,16 @@ class RegionAssignmentConfig(dg.Config):
     name_property: str = "name"
 
 
+REGION_COUNTS_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("region_id", "string"),
+        dg.TableColumn("name", "string"),
+        dg.TableColumn("within", "int", description="records whose point lies within the region"),
+        dg.TableColumn("nearest", "int", description="records given the region as the nearest"),
+    ]
+)
+
+
 @dg.asset(
     metadata=outputs_metadata(tables=["region_assignment", "regions"]),
     **SPECIES_ASSET,
@@ -86,6 +96,15 @@ def region_assignment(
             outcome = regions.refresh_region_assignment(
                 conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id
             )
-            return outcome_report(outcome, table="region_assignment", layer_sha256=layer_sha256)
+            counts = regions.region_counts(conn, species_by_slug(slug))
+            return outcome_report(
+                outcome,
+                table="region_assignment",
+                layer_sha256=layer_sha256,
+                regions=dg.MetadataValue.table(
+                    records=[dg.TableRecord(vars(count)) for count in counts],
+                    schema=REGION_COUNTS_SCHEMA,
+                ),
+            )
 
         yield from report_partitions(context, assign_partition)

@@ -206,3 +206,20 @@ def refresh_region_assignment(
         run_id=run_id,
         target=region_assignment_schema(),
     )
+
+
+@dataclass(frozen=True)
+class RegionCount:
+    region_id: str
+    name: str
+    within: int
+    nearest: int
+
+
+def region_counts(conn: psycopg.Connection, species: Species) -> list[RegionCount]:
+    """Per region (by id), how many of the species' records fell within it or were given it as nearest."""
+    query = load_sql(PACKAGE, "select_region_counts").format(
+        table=sql.Identifier(TABLE), regions=sql.Identifier(REGIONS_TABLE)
+    )
+    rows = conn.execute(query, {"species_id": species.species_id}).fetchall()
+    return [RegionCount(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]

@@ -1,6 +1,8 @@
 """sample_export and devil_snapshot_export: the same bytes on every re-run, with a sha256 manifest."""
 
+import csv
 import hashlib
+import itertools
 import json
 import tempfile
 from collections.abc import Callable
@@ -11,6 +13,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
+from surveillance_pipeline.core.figures import histogram_png, kept_figure, markdown_image
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
 from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
@@ -30,6 +33,7 @@ from surveillance_pipeline.releases.masking import (
     DEFAULT_MIN_M,
     MASKING_VERSION,
     MaskingRules,
+    displacement_edges,
     release_masked_partition,
 )
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
@@ -80,7 +84,23 @@ def _export(
             folder=dg.MetadataValue.path(str(folder)),
             manifest_sha256=sha256_file(folder / MANIFEST),
             order="ORDER BY id",
+            first_rows=first_rows(folder / f"{name}.csv"),
         ),
+    )
+
+
+FIRST_ROWS = 10
+
+
+def first_rows(path: Path, count: int = FIRST_ROWS) -> dg.TableMetadataValue:
+    """The export's first rows as the UI's table (every value as the file's text)."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader)
+        rows = [dict(zip(header, row, strict=True)) for row in itertools.islice(reader, count)]
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(row) for row in rows],
+        schema=dg.TableSchema(columns=[dg.TableColumn(name, "string") for name in header]),
     )
 
 
@@ -212,9 +232,25 @@ def masked_release(
             outcome, release = release_masked_partition(
                 conn, slug=slug, rules=rules, folder=folder, run_id=context.run.run_id
             )
+            counts = release.displacement_counts
+
+            def draw() -> bytes | None:
+                if not counts:
+                    return None
+                edges = displacement_edges(rules)
+                return histogram_png(edges, counts, "displacement (m)", f"{slug}: points moved")
+
+            figure = kept_figure(paths.figures(MASKED_RELEASE), slug, outcome.job_key, draw)
+            histogram: dict[str, Any] = (
+                {"displacement": dg.MetadataValue.md(markdown_image(figure, "displacement"))}
+                if figure
+                else {}
+            )
             return outcome_report(
                 outcome,
-                folder=str(folder),
+                None,
+                **histogram,
+                folder=dg.MetadataValue.path(str(folder)),
                 # A string: a 64-bit seed is past what the UI's JSON numbers hold exactly.
                 seed=str(release.seed),
                 logical_run_id=release.logical_run_id,

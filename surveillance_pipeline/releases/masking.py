@@ -24,7 +24,12 @@ from pyproj import Geod
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import recover_partition_folder
-from surveillance_pipeline.core.refresh import RefreshOutcome, report_derived_output, upstream_job_key
+from surveillance_pipeline.core.refresh import (
+    RefreshOutcome,
+    last_recorded_output,
+    report_derived_output,
+    upstream_job_key,
+)
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
@@ -50,6 +55,8 @@ DEFAULT_MIN_M = 100.0
 DEFAULT_MAX_M = 1000.0
 # Written into the manifest: the config no longer says how the metres were measured.
 DISPLACEMENT = "geodesic on the WGS84 ellipsoid"
+# The histogram of distances the UI shows: equal bins from min_m to max_m.
+DISPLACEMENT_BINS = 10
 _GEOD = Geod(ellps="WGS84")
 
 
@@ -75,11 +82,7 @@ def donut_mask(
     a row's draw depends only on its position in id order.
     """
     rules.as_config()
-    generator = stage_generator(seed)
-    count = len(longitudes)
-    area_share = generator.random(count)
-    azimuth = generator.random(count) * 360.0
-    radius = np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
+    radius, azimuth = _donut_draws(len(longitudes), rules, seed)
     longitudes = np.asarray(longitudes, dtype=float)
     latitudes = np.asarray(latitudes, dtype=float)
     masked_lon, masked_lat, _ = _GEOD.fwd(longitudes, latitudes, azimuth, radius)
@@ -89,6 +92,29 @@ def donut_mask(
         np.where(missing, np.nan, np.round(np.asarray(masked_lon, dtype=float), COORDINATE_DECIMALS)),
         np.where(missing, np.nan, np.round(np.asarray(masked_lat, dtype=float), COORDINATE_DECIMALS)),
     )
+
+
+def _donut_draws(count: int, rules: MaskingRules, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's distance (metres) and azimuth (degrees), in that order from the stage's generator."""
+    generator = stage_generator(seed)
+    area_share = generator.random(count)
+    azimuth = generator.random(count) * 360.0
+    radius = np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
+    return radius, azimuth
+
+
+def displacement_counts(rows: list[tuple[Any, ...]], rules: MaskingRules, seed: int) -> list[int]:
+    """How far the rows with coordinates moved (the geodesic moves each exactly its drawn distance), in
+    DISPLACEMENT_BINS equal bins from min_m to max_m."""
+    ordered = sorted(rows, key=lambda row: row[0])
+    radius, _ = _donut_draws(len(ordered), rules, seed)
+    has_point = ~(np.isnan(_column(ordered, 3)) | np.isnan(_column(ordered, 4)))
+    counts, _ = np.histogram(radius[has_point], bins=DISPLACEMENT_BINS, range=(rules.min_m, rules.max_m))
+    return [int(count) for count in counts]
+
+
+def displacement_edges(rules: MaskingRules) -> list[float]:
+    return [float(edge) for edge in np.linspace(rules.min_m, rules.max_m, DISPLACEMENT_BINS + 1)]
 
 
 def _column(rows: list[tuple[Any, ...]], index: int) -> np.ndarray:
@@ -117,14 +143,22 @@ class MaskedRelease:
     rows: int
     manifest_sha256: str
     written: bool
+    # Rows per displacement bin (displacement_edges), when known: drawn on a build, recorded, read back on a
+    # skip; for the UI only.
+    displacement_counts: list[int] | None = None
 
     def detail(self) -> dict[str, Any]:
-        """What the provenance row keeps so ``replay`` can regenerate this release."""
+        """What the provenance row keeps so ``replay`` can regenerate this release (and the histogram)."""
         return {
             "stage": STAGE,
             "logical_run_id": self.logical_run_id,
             "seed": self.seed,
             "manifest_sha256": self.manifest_sha256,
+            **(
+                {"displacement_counts": self.displacement_counts}
+                if self.displacement_counts is not None
+                else {}
+            ),
         }
 
 
@@ -162,8 +196,11 @@ def build_masked_release(
         logical = logical_run_id(slug, input_key)
         seed = derived_seed(logical, STAGE)
         if not rebuild and export_is_current(folder, parts.key):
+            recorded = last_recorded_output(conn, STAGE, slug)
+            same = recorded is not None and recorded.job_key == parts.key
+            counts = recorded.detail.get("displacement_counts") if same and recorded is not None else None
             return MaskedRelease(
-                parts, logical, seed, _manifest_rows(folder), sha256_file(folder / MANIFEST), False
+                parts, logical, seed, _manifest_rows(folder), sha256_file(folder / MANIFEST), False, counts
             )
         rows = conn.execute(load_sql(PACKAGE, "select_masked_release_rows"), {"slug": slug}).fetchall()
     released = masked_rows(rows, rules, seed)
@@ -175,7 +212,8 @@ def build_masked_release(
         "masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed, "displacement": DISPLACEMENT}
     }
     manifest = publish_export(folder, files, parts, ORDER, extra)
-    return MaskedRelease(parts, logical, seed, len(released), sha256_hex(manifest), True)
+    counts = displacement_counts(rows, rules, seed)
+    return MaskedRelease(parts, logical, seed, len(released), sha256_hex(manifest), True, counts)
 
 
 def _manifest_rows(folder: Path) -> int:

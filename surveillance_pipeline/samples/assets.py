@@ -61,11 +61,27 @@ def occurrence_sample(
             )
             return outcome_report(
                 outcome,
-                entered=dg.MetadataValue.json([{"id": i, "pick": p} for i, p in drift.entered]),
-                left=dg.MetadataValue.json([{"id": i, "pick": p} for i, p in drift.left]),
+                entered=_drift_table(drift.entered),
+                left=_drift_table(drift.left),
             )
 
         yield from report_partitions(context, sample_partition)
+
+
+DRIFT_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("id", "int", description="gbifID"),
+        dg.TableColumn("pick", "int", description="rank in md5(id::text), id order"),
+    ]
+)
+
+
+def _drift_table(drift: list[tuple[int, int]]) -> dg.TableMetadataValue:
+    """Ids that entered or left the sample, with their pick, as a table in the UI."""
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({"id": gbif_id, "pick": pick}) for gbif_id, pick in drift],
+        schema=DRIFT_SCHEMA,
+    )
 
 
 @dg.asset(
