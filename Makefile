@@ -13,7 +13,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
 
-.PHONY: help venv provision run test faults bench ui lint lock clean replay add-species
+.PHONY: help venv provision run test test-fast faults bench ui lint lock clean replay add-species
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,6 +38,10 @@ test: provision ## Run the whole test suite against the provisioned PostGIS (and
 	@bash scripts/provision_chromium.sh
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
+
+test-fast: provision ## The suite without the browser session (end-to-end UI test): the edit-test loop
+	@mkdir -p .dagster
+	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile -m "not e2e"
 
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)

@@ -1,13 +1,18 @@
-"""`make run` when a step fails: the user sees the step's own error last, not a crash of the summary."""
+"""`make run` when a step or a species fails: the user sees its own error last, not a crash of the summary."""
 
 import os
 import subprocess
 import sys
 
+import dagster as dg
 import pytest
 
+from surveillance_pipeline.dagster_internals import asset_partition_status
+from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab_run import summarize
+from surveillance_pipeline.occurrences.partitions import species_partitions
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, project_dagster_home
+from surveillance_pipeline_tests.fake_gbif import FakeGbif
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
@@ -50,3 +55,50 @@ def test_the_summary_of_an_empty_warehouse_is_its_header(db, database_url):
     assert summarize(database_url, ["no-such-run"]) == [
         f"{'asset':<5} {'loaded':>6} {'skipped':>7} {'rows':>8} {'seconds':>7}  reason"
     ]
+
+
+def _latitude_as_text(records):
+    """GBIF answers one record of the species with a latitude that is not a number."""
+    first, *rest = records
+    return [{**first, "decimalLatitude": "north"}, *rest]
+
+
+def test_a_species_that_fails_is_named_and_the_others_load(
+    db, database_url, data_dir, dagster_storage_url, postgres_instance, tmp_path
+):
+    broken = partition_keys()[3]
+    with FakeGbif() as gbif:
+        gbif.serve_lab_occurrences()
+        gbif.edit_species(broken, _latitude_as_text)
+        env = {
+            **os.environ,
+            **project_dagster_home(tmp_path / "dagster_home", dagster_storage_url),
+            "SURVEILLANCE_DATABASE_URL": database_url,
+            "SURVEILLANCE_DATA_DIR": str(data_dir),
+            "GBIF_SOURCE": "api",
+            "GBIF_BASE_URL": gbif.base_url,
+        }
+        finished = subprocess.run(  # noqa: S603  # fixed argv, no shell
+            [sys.executable, "-m", "surveillance_pipeline.lab_run"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    output = finished.stdout + finished.stderr
+    assert finished.returncode == 1, output
+    assert "Traceback" not in output, output
+    errors = [line for line in finished.stderr.splitlines() if line.startswith("make run: ")]
+    # The species' own error, named by partition, is what the user reads last.
+    assert errors[-1].startswith(f"make run: gbif_derived partition {broken} failed: "), output
+    assert "decimalLatitude" in errors[-1], output
+    table = {line.split()[0]: line.split()[1:4] for line in finished.stdout.splitlines()[2:]}
+    assert table["gbif_derived"][:2] == ["70", "0"] and table["occurrences"][:2] == ["70", "0"], output
+    # The later jobs ran: the batches and the unpartitioned assets.
+    assert table["occurrence_batches"][0] == "21" and table["sample_export"][0] == "1", output
+    materialized, failed = (
+        asset_partition_status(postgres_instance, dg.AssetKey(asset), species_partitions)[kind]
+        for asset, kind in (("occurrences", "materialized"), ("occurrences", "failed"))
+    )
+    assert failed == {broken} and len(materialized) == 70 and broken not in materialized
