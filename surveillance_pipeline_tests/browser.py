@@ -145,6 +145,18 @@ class Browser:
             )
         return str(found["text"])
 
+    def click_until(self, pattern: str, expected: str, attempts: int = 3, timeout: float = 20) -> None:
+        """Click ``pattern`` until the page shows ``expected`` (a click on a page still wiring up its
+        handlers can be lost, as a person would click again)."""
+        for attempt in range(attempts):
+            self.click(pattern)
+            try:
+                self.wait_for_text(expected, timeout)
+                return
+            except TimeoutError:
+                if attempt == attempts - 1:
+                    raise
+
     def screenshot(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         shot = self.send("Page.captureScreenshot", format="png")
