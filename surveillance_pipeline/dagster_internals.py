@@ -16,7 +16,8 @@ What is used, and why no public API does it (Dagster 1.13.27):
   run's later steps still run, whoever launched the run: no run tag is needed.
 - The run ``make run`` executes in its own process is created with the origin of the workspace's code
   location, so the UI lists it under its job and re-executes it like any other.
-- The instance storage's configuration classes (instance_storage.py).
+- The instance storage's configuration classes and event table (instance_storage.py), which writes a
+  range run's planned materializations in one batch, as dagster-postgres writes materializations.
 - ``asset_partition_status``: the partition status the UI shows (materialized, failed, in progress), for
   tests and make run's checks; GraphQL gives the same to a client of the webserver.
 - ``show_automation_running``: the UI reads the pre-sensor auto-materialize daemon's pause flag, which is
@@ -48,10 +49,12 @@ from dagster._core.definitions.source_asset import (
 )
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata
+from dagster._core.events.log import EventLogEntry
 from dagster._core.execution.api import execute_run
 from dagster._core.execution.context.system import StepExecutionContext
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
+from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
@@ -68,6 +71,8 @@ if TYPE_CHECKING:
     from dagster._config.config_schema import UserConfigSchema
 
 __all__ = [
+    "DagsterEvent",
+    "EventLogEntry",
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
     "BACKFILL_ID_TAG",
@@ -82,6 +87,7 @@ __all__ = [
     "ConfigurableClassData",
     "PostgresStorageConfig",
     "SerializableErrorInfo",
+    "SqlEventLogStorageTable",
     "UnresolvedAssetJobDefinition",
     "UserConfigSchema",
     "asset_partition_status",

@@ -19,9 +19,10 @@ per partition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
+import dagster as dg
 from dagster_postgres import (
     DagsterPostgresStorage,
     PostgresEventLogStorage,
@@ -31,7 +32,13 @@ from dagster_postgres import (
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Engine
 
-from surveillance_pipeline.dagster_internals import ConfigurableClassData, PostgresStorageConfig, pg_config
+from surveillance_pipeline.dagster_internals import (
+    ConfigurableClassData,
+    EventLogEntry,
+    PostgresStorageConfig,
+    SqlEventLogStorageTable,
+    pg_config,
+)
 
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
@@ -111,6 +118,26 @@ class PooledPostgresEventLogStorage(_PooledEngine, PostgresEventLogStorage):
         if present:
             self._present_tables.add(table_name)
         return present
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        """dagster-postgres writes a batch of materializations in one insert, but a batch of planned
+        materializations (one per partition and asset, at a range run's creation: 497 for the species run)
+        one event at a time, about four statements each. These are written as materializations are: one
+        insert, their tags, and the asset's row from the batch's last event per asset (the row keeps the
+        latest planned event's id; the partitions' own events are read from the event log itself)."""
+        planned = dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        if not events or any(event.get_dagster_event().event_type != planned for event in events):
+            super().store_event_batch(events)
+            return
+        statement = self.prepare_insert_event_batch(events)
+        with self._connect() as conn:
+            result = conn.execute(statement.returning(SqlEventLogStorageTable.c.id))
+            event_ids = [int(row[0]) for row in result.fetchall()]
+        last_by_asset = {event.get_dagster_event().asset_key: index for index, event in enumerate(events)}
+        with self.index_transaction() as conn:
+            self._store_asset_event_tags(conn, events, event_ids)
+            for index in sorted(last_by_asset.values()):
+                self._store_asset_event(conn, events[index], event_ids[index])
 
 
 class PooledPostgresStorage(DagsterPostgresStorage):

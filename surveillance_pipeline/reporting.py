@@ -225,26 +225,36 @@ class _Isolated:
 
 
 def _not_materialized_upstream(context: dg.AssetExecutionContext, keys: list[str]) -> set[str]:
-    """The partitions an upstream asset of this run did not materialize in it (it failed, or was left out).
+    """The partitions an upstream step of this run did not materialize in it (it failed, or left them out).
 
-    Read from Dagster's event log, so it holds whichever process ran the upstream step. An upstream that
-    materialized nothing in this run was not part of it (a run whose upstream step fails every partition
-    stops before this step).
+    Read from Dagster's event log, so it holds whichever process ran the upstream step: a partition whose
+    latest materialization is older than this run's first event was not materialized by this run. Only
+    the storage ids are read (no event is deserialized). An upstream that is not a step of this run (not
+    selected, or not re-executed) leaves nothing out.
     """
     if len(keys) < 2:
         return set()
-    upstream = context.assets_def.dependency_keys
-    materialized: dict[dg.AssetKey, set[str]] = {}
-    records = context.instance.get_records_for_run(
-        context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
-    ).records
-    for record in records:
-        event = record.event_log_entry.asset_materialization
-        if event is not None and event.asset_key in upstream and event.partition is not None:
-            materialized.setdefault(event.asset_key, set()).add(event.partition)
+    run = context.run
+    selected = run.asset_selection or set(context.job_def.asset_layer.executable_asset_keys)
+    upstream = [
+        key
+        for key in sorted(context.assets_def.dependency_keys)
+        if key in selected
+        and (run.step_keys_to_execute is None or key.to_python_identifier() in run.step_keys_to_execute)
+    ]
+    if not upstream:
+        return set()
+    first = context.instance.get_records_for_run(run.run_id, limit=1, ascending=True).records
+    if not first:
+        return set()
+    run_start = first[0].storage_id
+    storage = context.instance.event_log_storage
     missing: set[str] = set()
-    for partitions in materialized.values():
-        missing |= set(keys) - partitions
+    for key in upstream:
+        latest = storage.get_latest_storage_id_by_partition(
+            key, dg.DagsterEventType.ASSET_MATERIALIZATION, partitions=set(keys)
+        )
+        missing |= {partition for partition in keys if latest.get(partition, -1) < run_start}
     return missing
 
 

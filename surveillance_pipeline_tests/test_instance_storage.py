@@ -95,3 +95,19 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_not_failed(
     _materialize_every_species(postgres_instance)
     assert len(opened) == 1
     assert len(postgres_instance.fetch_materializations(every_species.key, limit=1000).records) == 142
+
+
+def test_a_range_runs_planned_materializations_are_written_in_one_batch(
+    postgres_instance, dagster_storage_url, monkeypatch
+):
+    """One planned event per partition (what Dagster's failed and in-progress partition status reads;
+    test_reporting checks that status), inserted together."""
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "200")
+    _materialize_every_species(postgres_instance)
+    url = dagster_storage_url.replace("postgresql+psycopg2://", "postgresql://", 1)
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(DISTINCT xmin::text), count(*), count(DISTINCT partition) FROM event_logs"
+            " WHERE dagster_event_type = 'ASSET_MATERIALIZATION_PLANNED'"
+        ).fetchone()
+    assert row == (1, 71, 71)

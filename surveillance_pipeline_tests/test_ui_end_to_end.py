@@ -83,6 +83,14 @@ query Status($key: AssetKeyInput!) {
     }
   }
 }"""
+REEXECUTE = """
+mutation Reexecute($params: ReexecutionParams!) {
+  launchPipelineReexecution(reexecutionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}"""
 JOB_RUNS = """
 query JobRuns($selector: PipelineSelector!) {
   pipelineOrError(params: $selector) { ... on Pipeline { runs(limit: 100) { runId } } }
@@ -372,7 +380,16 @@ def test_a_user_session_in_the_ui(stack):
         browser.wait_for_text("species_assets")
         time.sleep(2)
         assert "Auto-materialize off" not in browser.text()
-        step("1b make run's runs under their job")
+        # ... and re-executes like any other run: all 71 species again, every partition skipped.
+        answer = server.graphql(
+            REEXECUTE, {"params": {"parentRunId": species_runs[0].run_id, "strategy": "ALL_STEPS"}}
+        )["launchPipelineReexecution"]
+        assert answer["__typename"] == "LaunchRunSuccess", answer
+        again = answer["run"]["runId"]
+        assert _wait_run(server, again) == "SUCCESS"
+        actions = _actions(warehouse, [again])
+        assert Counter(a for acts in actions.values() for a in acts) == {"skipped": 71 * len(SPECIES_ASSETS)}
+        step("1b make run's runs under their job, re-executed")
 
         # 2. A backfill of every partition of occurrence_sample, from the asset page's dialog: it succeeds,
         #    every partition skips, each with one event that says so, and no data version moves.
