@@ -43,6 +43,9 @@ import dagster as dg
 HOST_TAG = "surveillance/host"
 PID_TAG = "surveillance/pid"
 PID_START_TAG = "surveillance/pid_start"
+# The run that wrote the process tags. Dagster copies a run's tags to its re-executions: a re-execution
+# carries its parent's process until it tags its own, and must not be judged by the parent's (gone) one.
+PROCESS_OF_TAG = "surveillance/process_of"
 ALIVE = (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING)
 # Dagster's executor loop, and the call in it that runs one step: a run in the first but not the second
 # is between steps, which is where it waits for a pool slot. Pinned by test_faults (a CLI run waiting for
@@ -63,12 +66,21 @@ class RunProcess:
     def current(cls) -> RunProcess:
         return cls(this_host(), os.getpid(), process_start(os.getpid()) or "")
 
-    def tags(self) -> dict[str, str]:
-        return {HOST_TAG: self.host, PID_TAG: str(self.pid), PID_START_TAG: self.start}
+    def tags(self, run_id: str) -> dict[str, str]:
+        return {
+            HOST_TAG: self.host,
+            PID_TAG: str(self.pid),
+            PID_START_TAG: self.start,
+            PROCESS_OF_TAG: run_id,
+        }
 
     @classmethod
-    def from_tags(cls, tags: dict[str, str]) -> RunProcess | None:
+    def from_tags(cls, tags: dict[str, str], run_id: str) -> RunProcess | None:
+        """The process run ``run_id`` tagged itself with; None when it has not (yet), or when the tags
+        were copied from another run (a re-execution inherits its parent's tags)."""
         if HOST_TAG not in tags or PID_TAG not in tags or not tags[PID_TAG].isdigit():
+            return None
+        if tags.get(PROCESS_OF_TAG) != run_id:
             return None
         return cls(tags[HOST_TAG], int(tags[PID_TAG]), tags.get(PID_START_TAG, ""))
 
@@ -110,8 +122,8 @@ def claim_run_process(
     """Tag ``run`` with this process, then fail the dead runs on this host and free their slots."""
     stop_promptly_while_waiting()
     process = RunProcess.current()
-    if RunProcess.from_tags(dict(run.tags)) != process:
-        instance.add_run_tags(run.run_id, process.tags())
+    if RunProcess.from_tags(dict(run.tags), run.run_id) != process:
+        instance.add_run_tags(run.run_id, process.tags(run.run_id))
     for dead in release_dead_runs(instance, exclude=run.run_id):
         if log is not None:
             log.warning(
@@ -194,7 +206,7 @@ def release_dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) 
     released = []
     for record in instance.get_run_records(filters=dg.RunsFilter(statuses=list(ALIVE))):
         run = record.dagster_run
-        process = RunProcess.from_tags(dict(run.tags))
+        process = RunProcess.from_tags(dict(run.tags), run.run_id)
         if run.run_id == exclude or process is None or not process.is_gone():
             continue
         instance.report_run_failed(
@@ -223,7 +235,10 @@ def slot_holders(instance: dg.DagsterInstance, pools: Iterable[str], exclude: st
                 continue
             holder = instance.get_run_by_id(slot.run_id)
             where = ""
-            if holder is not None and (process := RunProcess.from_tags(dict(holder.tags))) is not None:
+            if (
+                holder is not None
+                and (process := RunProcess.from_tags(dict(holder.tags), slot.run_id)) is not None
+            ):
                 where = f", process {process.pid} on {process.host}"
             status = holder.status.value if holder is not None else "unknown to this instance"
             lines.append(

@@ -31,5 +31,17 @@ def test_a_run_on_another_host_or_pid_namespace_is_never_judged_from_here():
 
 def test_the_tags_round_trip_and_partial_tags_name_no_process():
     me = RunProcess.current()
-    assert RunProcess.from_tags(me.tags()) == me
-    assert RunProcess.from_tags({"surveillance/host": me.host}) is None
+    assert RunProcess.from_tags(me.tags("run-1"), "run-1") == me
+    assert RunProcess.from_tags({"surveillance/host": me.host}, "run-1") is None
+
+
+def test_a_re_execution_is_not_judged_by_the_process_tags_it_inherited():
+    """Dagster copies a run's tags to its re-executions; until it tags its own process, a re-execution's
+    copied tags name its parent's process (gone), not its own."""
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    parent = RunProcess(this_host(), int(finished.stdout), "1")
+    inherited = parent.tags("parent-run")
+    assert RunProcess.from_tags(inherited, "parent-run") == parent and parent.is_gone()
+    assert RunProcess.from_tags(inherited, "child-run") is None

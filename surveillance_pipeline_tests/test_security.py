@@ -1,17 +1,20 @@
 """Security: SQL is never assembled from strings (ruff's bandit rules), secrets never leave the environment,
 and the UI binds to 127.0.0.1.
 
-The secrets test runs the pipeline with distinctive secret values (the database password is the real one,
-read from the URL) through a Postgres-backed Dagster instance, including a registration with GBIF (so the
-GBIF credentials are really used) and runs that fail, then scans every event record, every run record,
-every row of every table in the warehouse and in Dagster's storage, the compute logs, the data folder and
-the exception messages for each secret and for the Basic-auth token made from the GBIF credentials.
+The secrets test plants its own secrets, long random values made for the run: the GBIF credentials, the
+ledger salt, and the warehouse's password (the warehouse is a throwaway cluster of its own, whose role the
+test creates with that password). It runs the pipeline through a Postgres-backed Dagster instance,
+including a registration with GBIF (so the GBIF credentials are really used) and runs that fail, then
+scans every event record, every run record, every row of every table in the warehouse and in Dagster's
+storage, the compute logs, the data folder and the exception messages for each secret and for the
+Basic-auth token made from the GBIF credentials.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,12 +34,15 @@ from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.pipeline import DEVIL, SAMPLED
 
 PROJECT = Path(__file__).resolve().parent.parent
-GBIF_USER = "gbif-user-Qm4t"
-GBIF_PASSWORD = "gbif-pw-Xk93-zz-distinctive"
-LEDGER_SALT = "ledger-salt-Vb28-qq-distinctive"
+# Long random values, new each run: a secret found in the scan can be nothing else (a short or common one,
+# say a password "acc", would be found in "accepting").
+GBIF_USER = f"gbif-user-{secrets.token_hex(8)}"
+GBIF_PASSWORD = f"gbif-pw-{secrets.token_urlsafe(24)}"
+LEDGER_SALT = f"ledger-salt-{secrets.token_urlsafe(24)}"
 PUBLISH = {"publish": True, "source_url_base": "https://releases.example.org/sample"}
 
 
@@ -113,18 +119,30 @@ def _found(texts: list[str], secrets: dict[str, str]) -> list[str]:
     return [f"{name} in {text[:160]!r}" for text in texts for name, value in secrets.items() if value in text]
 
 
+@pytest.fixture()
+def private_warehouse():
+    """A PostGIS warehouse on a throwaway cluster; its role's password is a random value planted here."""
+    cluster = PrivateCluster()
+    try:
+        cluster.start()
+        yield cluster.url
+    finally:
+        cluster.destroy()
+
+
 def test_secrets_never_reach_events_metadata_tables_files_or_errors(
-    db, database_url, dagster_storage_url, data_dir, postgres_instance, monkeypatch, tmp_path
+    private_warehouse, dagster_storage_url, data_dir, postgres_instance, monkeypatch, tmp_path
 ):
     instance = postgres_instance
+    database_url = private_warehouse
     monkeypatch.setenv("SURVEILLANCE_DATABASE_URL", database_url)
     monkeypatch.setenv("GBIF_USER", GBIF_USER)
     monkeypatch.setenv("GBIF_PASSWORD", GBIF_PASSWORD)
     # No code reads a ledger salt yet; set anyway, so the scan covers it when the geocoder ledger lands.
     monkeypatch.setenv("GEOCODER_LEDGER_SALT", LEDGER_SALT)
     database_password = urlsplit(database_url).password
-    assert database_password, "the test database URL carries the real password"
-    secrets = {
+    assert database_password and len(database_password) >= 32, "the cluster's planted password"
+    planted = {
         "database password": database_password,
         "GBIF password": GBIF_PASSWORD,
         "GBIF Basic token": base64.b64encode(f"{GBIF_USER}:{GBIF_PASSWORD}".encode()).decode(),
@@ -155,7 +173,7 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         assert run([occurrence_sample_summary, sample_export]).success
         registration = {"ops": {"derived_dataset_registration": {"config": PUBLISH}}}
         assert run([derived_dataset_registration], config=registration).success
-        assert gbif.posts() and gbif.posts()[0]["authorization"] == f"Basic {secrets['GBIF Basic token']}"
+        assert gbif.posts() and gbif.posts()[0]["authorization"] == f"Basic {planted['GBIF Basic token']}"
         write_lab_delivery(data_dir, "A", "2026-11-02")
         assert run([devil_snapshot]).success
 
@@ -196,17 +214,18 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         *_files_as_text_of(PROJECT / "dagster.yaml", PROJECT / "workspace.yaml"),
     ]
     # The scan has teeth: it sees the metadata it should (a job key) and a planted secret in a table.
-    job_key = db.execute("SELECT job_key FROM job_state WHERE job = 'occurrences' LIMIT 1").fetchone()[0]
-    assert any(job_key in event for event in events)
-    db.execute("CREATE TABLE security_canary (note text)")
-    db.execute("INSERT INTO security_canary VALUES (%s)", [f"planted {LEDGER_SALT}"])
-    assert _found(_rows_as_text(database_url), {"ledger salt": LEDGER_SALT}) == [
-        f"ledger salt in {'security_canary: (' + chr(34) + 'planted ' + LEDGER_SALT + chr(34) + ')'!r}"
-    ]
-    db.execute("DROP TABLE security_canary")
+    with psycopg.connect(database_url, autocommit=True) as db:
+        job_key = db.execute("SELECT job_key FROM job_state WHERE job = 'occurrences' LIMIT 1").fetchone()[0]
+        assert any(job_key in event for event in events)
+        db.execute("CREATE TABLE security_canary (note text)")
+        db.execute("INSERT INTO security_canary VALUES (%s)", [f"planted {LEDGER_SALT}"])
+        assert _found(_rows_as_text(database_url), {"ledger salt": LEDGER_SALT}) == [
+            f"ledger salt in {'security_canary: (' + chr(34) + 'planted ' + LEDGER_SALT + chr(34) + ')'!r}"
+        ]
+        db.execute("DROP TABLE security_canary")
 
     assert len(runs) >= 8 and len(events) > 100
-    assert _found(texts, secrets) == []
+    assert _found(texts, planted) == []
 
 
 # ---------------------------------------------------------------- (c) the UI binds to 127.0.0.1

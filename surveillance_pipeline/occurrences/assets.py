@@ -206,7 +206,7 @@ def gbif_derived(
 
 
 @dg.asset(
-    metadata=outputs_metadata(tables=["species", "occurrences"]),
+    metadata=outputs_metadata(tables=["species", "occurrences"], folders=["figures/occurrences"]),
     **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_derived],

@@ -213,7 +213,7 @@ class MaskedReleaseConfig(dg.Config):
     **SPECIES_ASSET,
     group_name="releases",
     deps=[occurrences],
-    metadata=outputs_metadata(folders=[MASKED_RELEASE]),
+    metadata=outputs_metadata(folders=[MASKED_RELEASE, f"figures/{MASKED_RELEASE}"]),
     code_version=f"masking-v{MASKING_VERSION}.format-v{EXPORT_FORMAT}",
     pool=MASKED_RELEASE,
     description="data/masked_release/<slug>/: the species' occurrences, each point moved between min_m and "
