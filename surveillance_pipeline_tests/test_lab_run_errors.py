@@ -17,22 +17,16 @@ from surveillance_pipeline_tests.fake_gbif import FakeGbif
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
 
-def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
-    db, database_url, data_dir, dagster_storage_url, postgres_instance, tmp_path
-):
-    # What a user gets by dropping something that is not a zip into data/downloads/.
-    (data_dir / "downloads").mkdir()
-    (data_dir / "downloads" / "bad.zip").write_text("this is not a zip\n")
-    assert db.execute("SELECT to_regclass('provenance')").fetchone() == (None,)
+def _make_run(tmp_path, dagster_storage_url, database_url, data_dir, extra_env):
+    """`make run`'s own command in a process of its own, on the test's instance, warehouse and folder."""
     env = {
         **os.environ,
         **project_dagster_home(tmp_path / "dagster_home", dagster_storage_url),
         "SURVEILLANCE_DATABASE_URL": database_url,
         "SURVEILLANCE_DATA_DIR": str(data_dir),
-        "GBIF_SOURCE": "download",
+        **extra_env,
     }
-    # As `make run` runs it, on the instance the fixture just wiped.
-    finished = subprocess.run(  # noqa: S603  # fixed argv, no shell
+    return subprocess.run(  # noqa: S603  # fixed argv, no shell
         [sys.executable, "-m", "surveillance_pipeline.lab_run"],
         cwd=PROJECT_ROOT,
         env=env,
@@ -40,6 +34,17 @@ def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
         text=True,
         timeout=600,
     )
+
+
+def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
+    db, database_url, data_dir, dagster_storage_url, postgres_instance, tmp_path
+):
+    # What a user gets by dropping something that is not a zip into data/downloads/.
+    (data_dir / "downloads").mkdir()
+    (data_dir / "downloads" / "bad.zip").write_text("this is not a zip\n")
+    assert db.execute("SELECT to_regclass('provenance')").fetchone() == (None,)
+    # As `make run` runs it, on the instance the fixture just wiped.
+    finished = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {"GBIF_SOURCE": "download"})
     output = finished.stdout + finished.stderr
     assert finished.returncode != 0, output
     assert "UndefinedTable" not in output and "Traceback" not in output, output
@@ -70,22 +75,8 @@ def test_a_species_that_fails_is_named_and_the_others_load(
     with FakeGbif() as gbif:
         gbif.serve_lab_occurrences()
         gbif.edit_species(broken, _latitude_as_text)
-        env = {
-            **os.environ,
-            **project_dagster_home(tmp_path / "dagster_home", dagster_storage_url),
-            "SURVEILLANCE_DATABASE_URL": database_url,
-            "SURVEILLANCE_DATA_DIR": str(data_dir),
-            "GBIF_SOURCE": "api",
-            "GBIF_BASE_URL": gbif.base_url,
-        }
-        finished = subprocess.run(  # noqa: S603  # fixed argv, no shell
-            [sys.executable, "-m", "surveillance_pipeline.lab_run"],
-            cwd=PROJECT_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        gbif_env = {"GBIF_SOURCE": "api", "GBIF_BASE_URL": gbif.base_url}
+        finished = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, gbif_env)
     output = finished.stdout + finished.stderr
     assert finished.returncode == 1, output
     assert "Traceback" not in output, output
