@@ -59,7 +59,6 @@ from dagster._core.storage.partition_status_cache import get_and_update_asset_st
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
-    BACKFILL_ID_TAG,
     REPOSITORY_LABEL_TAG,
 )
 from dagster._core.workspace.load import location_origins_from_yaml_paths
@@ -75,7 +74,6 @@ __all__ = [
     "EventLogEntry",
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
-    "BACKFILL_ID_TAG",
     "CODE_VERSION_TAG",
     "DATA_VERSION_IS_USER_PROVIDED_TAG",
     "DATA_VERSION_TAG",
@@ -92,7 +90,6 @@ __all__ = [
     "UserConfigSchema",
     "asset_partition_status",
     "execute_in_code_location",
-    "get_auto_materialize_paused",
     "get_input_data_version_tag",
     "get_input_event_pointer_tag",
     "location_origins_from_yaml_paths",
