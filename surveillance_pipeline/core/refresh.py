@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.faults import BEFORE_COMMIT, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
+from surveillance_pipeline.core.migrations import migrate
 from surveillance_pipeline.core.sql_files import load_sql
 
 CORE = "surveillance_pipeline.core"
@@ -55,24 +56,9 @@ class RefreshOutcome:
     previous_key: str | None = None
 
 
-STATE_TABLES = ("job_state", "provenance", "target_schema", "provenance_asset_partition")
-
-
 def ensure_state_tables(conn: psycopg.Connection) -> None:
-    """Create job_state, provenance and target_schema if missing (idempotent).
-
-    Looks first, because ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on provenance even when the
-    index exists: every new connection would then queue behind any load still in its transaction (found
-    by the fault suite's concurrency trial: a run of another partition waited for it just to connect).
-    """
-    present = conn.execute(
-        "SELECT count(to_regclass(name)) FROM unnest(%s::text[]) AS name", [list(STATE_TABLES)]
-    ).fetchone()
-    if present is not None and present[0] == len(STATE_TABLES):
-        return
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("state-tables")])
-        conn.execute(load_sql(CORE, "create_state_tables"))
+    """Bring job_state, provenance and target_schema to the current schema (core/migrations.py)."""
+    migrate(conn)
 
 
 def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: str) -> bool:

@@ -1,3 +1,5 @@
+-- Migration 1: the state shared by every target, as first released. Idempotent (IF NOT EXISTS), so a
+-- warehouse made before migrations were recorded takes it as a no-op.
 -- State shared by every target: which snapshot each partition holds, and what each run did.
 CREATE TABLE IF NOT EXISTS job_state (
     job           text        NOT NULL,
@@ -29,7 +31,3 @@ CREATE TABLE IF NOT EXISTS target_schema (
     version    integer     NOT NULL,
     built_at   timestamptz NOT NULL DEFAULT now()
 );
-
--- provenance v2: what a stage needs to be replayed (its derived seed, its manifest's sha256), as JSON.
--- Added in place and nullable: rows written before it stay valid, and the statement is idempotent.
-ALTER TABLE provenance ADD COLUMN IF NOT EXISTS detail jsonb;
