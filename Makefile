@@ -57,7 +57,7 @@ ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 
 bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --with-10m)
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.bench $(BENCH_ARGS)
+	@$(WITH_ENV) $(BIN)/python -m bench $(BENCH_ARGS)
 
 add-species: venv ## Add a species by name to the registry file SURVEILLANCE_SPECIES_FILE (make add-species NAME="Genus species" ARGS="--init")
 	$(BIN)/python -m surveillance_pipeline.gbif.add_species "$(NAME)" $(ARGS)
@@ -65,7 +65,7 @@ add-species: venv ## Add a species by name to the registry file SURVEILLANCE_SPE
 lint: venv ## ruff (format check, lint incl. bandit's S rules) and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy surveillance_pipeline
+	$(BIN)/mypy surveillance_pipeline bench
 
 lock: ## Re-resolve requirements.lock from pyproject.toml (needs uv: pip install uv)
 	uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock

@@ -6,7 +6,7 @@ holds A exactly, that its state row describes A, and that the next run loads B (
 
 import pytest
 
-from surveillance_pipeline.core import faults
+from surveillance_pipeline_tests.faults import points as faults
 from surveillance_pipeline_tests.faults.dagster_runs import (
     killed_cli_run_trial,
     two_warehouses_trial,

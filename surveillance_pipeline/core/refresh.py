@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from surveillance_pipeline.core.errors import StaleInputError
-from surveillance_pipeline.core.faults import BEFORE_COMMIT, fault_point
+from surveillance_pipeline.core.fault_points import BEFORE_COMMIT, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
 from surveillance_pipeline.core.migrations import migrate
 from surveillance_pipeline.core.sql_files import load_sql

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
+from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from surveillance_pipeline.core.faults import AFTER_DELETE, MID_COPY, fault_point
+from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from surveillance_pipeline.core.faults import FAULT_POINTS
+from surveillance_pipeline.core.fault_points import FAULT_POINTS
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.faults.dagster_runs import (

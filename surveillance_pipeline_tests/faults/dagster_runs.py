@@ -23,7 +23,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from surveillance_pipeline.core.faults import (
+from surveillance_pipeline_tests.conftest import scratch_database
+from surveillance_pipeline_tests.dagster_dev import DAGSTER, PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.faults.harness import Bench, Tally, fingerprint, state_describes
+from surveillance_pipeline_tests.faults.points import (
     BEFORE_COMMIT,
     FAULT_ACTION_VARIABLE,
     FAULT_ONCE_VARIABLE,
@@ -31,9 +34,6 @@ from surveillance_pipeline.core.faults import (
     FAULT_SIGNAL_VARIABLE,
     KILL,
 )
-from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.dagster_dev import DAGSTER, PROJECT_ROOT, DagsterDev, project_dagster_home
-from surveillance_pipeline_tests.faults.harness import Bench, Tally, fingerprint, state_describes
 from surveillance_pipeline_tests.faults.worker import DEVIL
 
 TARGET = "devil_snapshot"

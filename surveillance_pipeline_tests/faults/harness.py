@@ -23,13 +23,6 @@ from pathlib import Path
 
 import psycopg
 
-from surveillance_pipeline.core.faults import (
-    BLOCK,
-    FAULT_ACTION_VARIABLE,
-    FAULT_POINT_VARIABLE,
-    FAULT_SIGNAL_VARIABLE,
-    KILL,
-)
 from surveillance_pipeline.core.refresh import (
     LOADED,
     SKIPPED,
@@ -47,6 +40,13 @@ from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
 from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
+from surveillance_pipeline_tests.faults.points import (
+    BLOCK,
+    FAULT_ACTION_VARIABLE,
+    FAULT_POINT_VARIABLE,
+    FAULT_SIGNAL_VARIABLE,
+    KILL,
+)
 from surveillance_pipeline_tests.faults.worker import DEVIL, FAILED, materialize_target
 
 SPECIES = species_by_slug(DEVIL)

@@ -6,7 +6,7 @@ The database URL comes from the environment (never argv, which ``ps`` shows). Wi
 worker imports everything first and then waits for that file, so several workers start their loads at
 the same moment. It prints one JSON line: ``action``, ``rows`` and ``job_key`` (exit 0), or the root
 cause of a failure, ``error``, ``message`` and ``connection_lost`` (exit 3). Fault points
-(core/faults.py) come from the environment.
+(core/fault_points.py, faults/points.py) come from the environment.
 """
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from surveillance_pipeline.bench.gbif_download import GENERATOR_VERSION, GeneratedDownload, cached_dwca
-from surveillance_pipeline.bench.inputs import trivial_cli_command
-from surveillance_pipeline.bench.run import (
+from bench.gbif_download import GENERATOR_VERSION, GeneratedDownload, cached_dwca
+from bench.inputs import trivial_cli_command
+from bench.run import (
     BENCH_SPECIES,
     create_like_occurrences,
     dagster_home,
@@ -50,9 +50,9 @@ from surveillance_pipeline.bench.run import (
     log,
 )
 from surveillance_pipeline.core.keys import sha256_file
-from surveillance_pipeline.core.scratch_databases import scratch_database
 from surveillance_pipeline.gbif.registry import load_registry
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
+from surveillance_pipeline_tests.scratch_databases import scratch_database
 
 DEFAULT_SIZES = (1_000_000, 5_000_000)
 DEFAULT_SEED = 1

@@ -1,4 +1,4 @@
-"""Named fault points, so the fault suite can kill or freeze a load at an exact moment.
+"""What a fault point does when the fault suite arms it: kill or freeze the load at that exact moment.
 
 A process crash is only worth testing where it can hurt: after a partition's rows were deleted, in the
 middle of COPY, just before COMMIT. Timers and sleeps hit those moments by luck; a named point hits them
@@ -8,7 +8,8 @@ pid in ``SURVEILLANCE_FAULT_SIGNAL`` (a file) and then either SIGKILLs itself (`
 waits until ``<signal>.release`` exists (``block``), while the suite terminates its connection or stops
 the server.
 
-Unset, a fault point is one dictionary lookup and does nothing: production never sets the variable.
+The product only names its points and calls ``surveillance_pipeline.core.fault_points.fault_point``, a
+no-op unless ``SURVEILLANCE_FAULT_POINT`` is set; then it imports this module and calls ``fire``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from pathlib import Path
 
 import psycopg
 
-FAULT_POINT_VARIABLE = "SURVEILLANCE_FAULT_POINT"
+from surveillance_pipeline.core.fault_points import (  # noqa: F401  # re-exported for the suite
+    AFTER_DELETE,
+    BEFORE_COMMIT,
+    FAULT_POINT_VARIABLE,
+    FAULT_POINTS,
+    MID_COPY,
+)
+
 FAULT_ACTION_VARIABLE = "SURVEILLANCE_FAULT_ACTION"
 FAULT_SIGNAL_VARIABLE = "SURVEILLANCE_FAULT_SIGNAL"
 # Set: the point fires only while its signal file does not exist yet, so of the runs a long-lived server
@@ -28,19 +36,12 @@ FAULT_SIGNAL_VARIABLE = "SURVEILLANCE_FAULT_SIGNAL"
 FAULT_ONCE_VARIABLE = "SURVEILLANCE_FAULT_ONCE"
 KILL = "kill"
 BLOCK = "block"
-# The points the loaders name; the suite iterates over these.
-AFTER_DELETE = "after_delete"
-MID_COPY = "mid_copy"
-BEFORE_COMMIT = "before_commit"
-FAULT_POINTS = (AFTER_DELETE, MID_COPY, BEFORE_COMMIT)
 # A blocked loader gives up after this long, so a broken suite cannot leave it hanging forever.
 BLOCK_LIMIT_SECONDS = 300.0
 
 
-def fault_point(name: str, conn: psycopg.Connection | None = None) -> None:
-    """Kill or block this process when ``SURVEILLANCE_FAULT_POINT`` names ``name``; otherwise nothing."""
-    if os.environ.get(FAULT_POINT_VARIABLE) != name:
-        return
+def fire(name: str, conn: psycopg.Connection | None = None) -> None:
+    """Kill or block this process at point ``name`` (``SURVEILLANCE_FAULT_POINT`` named it)."""
     signal_path = os.environ.get(FAULT_SIGNAL_VARIABLE)
     if signal_path and os.environ.get(FAULT_ONCE_VARIABLE) and Path(signal_path).exists():
         return

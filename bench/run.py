@@ -41,10 +41,9 @@ import yaml
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from surveillance_pipeline.bench.inputs import raw_snapshot, trivial_cli_command, write_derived_csv
+from bench.inputs import raw_snapshot, trivial_cli_command, write_derived_csv
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, ensure_state_tables
-from surveillance_pipeline.core.scratch_databases import scratch_database
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species, load_registry
 from surveillance_pipeline.occurrences.load import PACKAGE as OCCURRENCES_PACKAGE
@@ -53,8 +52,9 @@ from surveillance_pipeline.occurrences.raw import write_atomically
 from surveillance_pipeline.samples.load import PACKAGE as SAMPLES_PACKAGE
 from surveillance_pipeline.samples.load import refresh_species_sample
 from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
+from surveillance_pipeline_tests.scratch_databases import scratch_database
 
-PACKAGE = "surveillance_pipeline.bench"
+PACKAGE = "bench"
 RUN_ID = "bench"
 NAIVE_ROWS = 20_000
 SAMPLE_CAP = 100
@@ -440,7 +440,7 @@ def measure_parallel(
 
         def start(group: list[str]) -> subprocess.Popen[str]:
             return subprocess.Popen(  # noqa: S603  # fixed argv, no shell
-                [python, "-m", "surveillance_pipeline.bench.materialize_range", group[0], group[-1]],
+                [python, "-m", "bench.materialize_range", group[0], group[-1]],
                 env={**os.environ, **environment},
                 cwd=PROJECT_ROOT,
                 stdout=subprocess.PIPE,
@@ -752,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps(to_json(results), indent=1) + "\n", encoding="utf-8")
     table = markdown(results)
     if "downloads" in results:
-        from surveillance_pipeline.bench import downloads
+        from bench import downloads
 
         table += "\n" + downloads.markdown(results["downloads"])
     (args.out / "results.md").write_text(table, encoding="utf-8")
@@ -762,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def download_section(args: argparse.Namespace, server_url: str, work: Path) -> dict[str, Any]:
     """The GBIF download section (bench/downloads.py imports this module, hence the late import)."""
-    from surveillance_pipeline.bench import downloads
+    from bench import downloads
 
     sizes = sorted(set(args.download_sizes + ([10_000_000] if args.with_10m else [])))
     return downloads.measure_downloads(
@@ -778,7 +778,7 @@ def download_section(args: argparse.Namespace, server_url: str, work: Path) -> d
 
 def run_downloads_only(args: argparse.Namespace, server_url: str) -> int:
     """``--only-downloads``: the section alone, put into the results the other sections left."""
-    from surveillance_pipeline.bench import downloads
+    from bench import downloads
 
     with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
         section = download_section(args, server_url, Path(folder))
