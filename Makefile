@@ -32,7 +32,7 @@ provision: venv ## Start (or install) PostgreSQL + PostGIS and write .local/env.
 
 run: provision ## Materialize every asset on the lab data and print what was loaded or skipped
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.lab_run
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.lab.run
 
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from surveillance_pipeline.gbif.licenses import LICENSES
+from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS
-from surveillance_pipeline.occurrences.licenses import LICENSES
-from surveillance_pipeline.occurrences.raw import RawSnapshot
 
 # Knuth's multiplicative constant: spreads consecutive row numbers over the whole 32-bit range.
 SCRAMBLE = 2_654_435_761

@@ -12,10 +12,10 @@ import sys
 
 import dagster as dg
 
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
 from surveillance_pipeline.reporting import partition_range_tags
 from surveillance_pipeline.resources import DataPaths, Warehouse
-from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 

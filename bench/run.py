@@ -43,15 +43,15 @@ from psycopg.conninfo import conninfo_to_dict
 
 from bench.inputs import raw_snapshot, trivial_cli_command, write_derived_csv
 from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, ensure_state_tables
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species, load_registry
 from surveillance_pipeline.occurrences.load import PACKAGE as OCCURRENCES_PACKAGE
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
-from surveillance_pipeline.occurrences.raw import write_atomically
 from surveillance_pipeline.samples.load import PACKAGE as SAMPLES_PACKAGE
 from surveillance_pipeline.samples.load import refresh_species_sample
-from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
 from surveillance_pipeline_tests.scratch_databases import scratch_database
 
 PACKAGE = "bench"
@@ -365,7 +365,7 @@ def measure_lab_run(server_url: str, work: Path, reps: int) -> dict[str, Any]:
             DATABASE_URL_VARIABLE: warehouse_url,
             "SURVEILLANCE_DATA_DIR": str(work / "lab-data"),
         }
-        lab_run = [python, "-m", "surveillance_pipeline.lab_run"]
+        lab_run = [python, "-m", "surveillance_pipeline.lab.run"]
         log("lab run: first run on empty scratch databases")
         first = repeat(1, lambda: run_process(lab_run, environment))
         outputs: list[str] = []
@@ -413,7 +413,7 @@ def measure_parallel(
     data = work / "parallel-data"
     log(f"parallel: raw snapshots of {species_count} species x {rows:,} records")
     for index, species in enumerate(chosen):
-        write_atomically(
+        replace_file(
             data / "raw" / f"{species.slug}.json", raw_snapshot(species, rows, index * rows).to_bytes()
         )
     groups = [

@@ -7,23 +7,7 @@ from typing import Any
 import dagster as dg
 
 from surveillance_pipeline.automation import automation_sensor
-from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
-from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
-from surveillance_pipeline.ledger import definitions as ledger
-from surveillance_pipeline.occurrences import definitions as occurrences
-from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
-from surveillance_pipeline.occurrences.sensors import downloads_sensor
-from surveillance_pipeline.places import definitions as places
-from surveillance_pipeline.places.geocoder import (
-    DEFAULT_GEOCODER_URL,
-    DEFAULT_REQUESTS_PER_SECOND,
-    LAB_GEOCODER,
-)
-from surveillance_pipeline.releases import definitions as releases
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
-from surveillance_pipeline.run_health import dead_runs_sensor
-from surveillance_pipeline.samples import definitions as samples
-from surveillance_pipeline.settings import (
+from surveillance_pipeline.core.settings import (
     DATABASE_URL_VARIABLE,
     GBIF_BASE_URL_VARIABLE,
     GBIF_FALLBACK_SOURCE_VARIABLE,
@@ -34,6 +18,22 @@ from surveillance_pipeline.settings import (
     GEOCODER_VARIABLE,
     data_dir,
 )
+from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
+from surveillance_pipeline.geocoding.service import (
+    DEFAULT_GEOCODER_URL,
+    DEFAULT_REQUESTS_PER_SECOND,
+    LAB_GEOCODER,
+)
+from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
+from surveillance_pipeline.ledger import definitions as ledger
+from surveillance_pipeline.occurrences import definitions as occurrences
+from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
+from surveillance_pipeline.occurrences.sensors import downloads_sensor
+from surveillance_pipeline.places import definitions as places
+from surveillance_pipeline.releases import definitions as releases
+from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
+from surveillance_pipeline.run_health import dead_runs_sensor
+from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.snapshots import definitions as snapshots
 
 # One process per run, not one per step: our steps form chains, and on two cores each extra process costs

@@ -3,8 +3,7 @@
 import dagster as dg
 
 from surveillance_pipeline.dagster_internals import UnresolvedAssetJobDefinition
-from surveillance_pipeline.ledger.assets import batch_days
-from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.partitions import batch_days, species_partitions
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline.run_config import run_config_for
 

@@ -9,11 +9,9 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.refresh import ensure_state_tables
-from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
-from surveillance_pipeline.gbif.client import GbifClient
-from surveillance_pipeline.gbif.downloads import DOWNLOAD_SOURCE
-from surveillance_pipeline.gbif.lab import LAB_SOURCE, LabGbifClient
-from surveillance_pipeline.places.geocoder import (
+from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
+from surveillance_pipeline.gbif.client import API_SOURCE, DOWNLOAD_SOURCE, LAB_SOURCE, SOURCES, GbifClient
+from surveillance_pipeline.geocoding.service import (
     DEFAULT_GEOCODER_URL,
     DEFAULT_REQUESTS_PER_SECOND,
     HTTP_GEOCODER,
@@ -21,11 +19,10 @@ from surveillance_pipeline.places.geocoder import (
     USER_AGENT,
     Geocoder,
     HttpGeocoder,
-    LabGeocoder,
 )
+from surveillance_pipeline.lab.gbif_client import LabGbifClient
+from surveillance_pipeline.lab.geocoder import LabGeocoder
 from surveillance_pipeline.run_health import claim_run_process
-
-SOURCES = (LAB_SOURCE, API_SOURCE, DOWNLOAD_SOURCE)
 
 
 class Warehouse(dg.ConfigurableResource):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from surveillance_pipeline.gbif.lab import LabGbifClient, species_for_params
+from surveillance_pipeline.lab.gbif_client import LabGbifClient, species_for_params
 
 
 class FakeGbif:

@@ -11,8 +11,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from surveillance_pipeline.places.gazetteer import LAB_GAZETTEER
-from surveillance_pipeline.places.geocoder import normalize_locality
+from surveillance_pipeline.geocoding.service import normalize_locality
+from surveillance_pipeline.lab.gazetteer import LAB_GAZETTEER
 
 
 class FakeGeocoder:

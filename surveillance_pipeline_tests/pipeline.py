@@ -13,8 +13,8 @@ import psycopg
 
 from surveillance_pipeline.dagster_internals import execute_in_code_location
 from surveillance_pipeline.gbif.client import GbifClient
-from surveillance_pipeline.gbif.lab import LabGbifClient
-from surveillance_pipeline.lab_run import WORKSPACE_FILE
+from surveillance_pipeline.lab.gbif_client import LabGbifClient
+from surveillance_pipeline.lab.run import WORKSPACE_FILE
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.reporting import recorded_data_version
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse

@@ -26,12 +26,13 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import SKIPPED, ensure_state_tables
+from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
+from surveillance_pipeline.lab.batches import lab_batch, write_lab_batches
 from surveillance_pipeline.ledger.feed import apply_batch, read_batch
-from surveillance_pipeline.ledger.lab_batches import lab_batch, write_lab_batches
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.derive import derive_occurrences
-from surveillance_pipeline.occurrences.raw import read_raw_snapshot, write_atomically
 from surveillance_pipeline.resources import DataPaths
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import newest_devil_delivery
@@ -109,7 +110,7 @@ def raw_then_occurrences(conn: psycopg.Connection, folder: Path):
     """gbif_derived (read and derive the raw snapshot, write the CSV), then occurrences."""
     raw = raw_path(folder)
     derived = derive_occurrences(read_raw_snapshot(raw), SPECIES, raw)
-    write_atomically(derived_path(folder), derived.data)
+    replace_file(derived_path(folder), derived.data)
     return occurrences_path(conn, folder)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from surveillance_pipeline import dagster_internals as internals
 from surveillance_pipeline.definitions import EXECUTOR
-from surveillance_pipeline.lab_run import WORKSPACE_FILE
+from surveillance_pipeline.lab.run import WORKSPACE_FILE
 from surveillance_pipeline.reporting import PartitionReport, report_asset, report_partitions
 from surveillance_pipeline_tests.pipeline import execute_as_launched
 

@@ -5,11 +5,11 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables, ensure_target_schema
+from surveillance_pipeline.lab.deliveries import delivery_a, delivery_b, write_lab_delivery
 from surveillance_pipeline.ledger.batches import apply_batch_once
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import devil_snapshot, devil_snapshot_holds
 from surveillance_pipeline.snapshots.deliveries import read_delivery
-from surveillance_pipeline.snapshots.lab_deliveries import delivery_a, delivery_b, write_lab_delivery
 from surveillance_pipeline_tests.pipeline import resources
 
 pytestmark = pytest.mark.db

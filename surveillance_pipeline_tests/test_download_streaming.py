@@ -26,10 +26,10 @@ from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable
 from surveillance_pipeline.gbif.download_index import ensure_index, open_downloads
 from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
+from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences.derive import derive_to_file
-from surveillance_pipeline.occurrences.raw import read_raw_snapshot
 from surveillance_pipeline.resources import GbifSource
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources
 

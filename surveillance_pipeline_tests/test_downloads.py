@@ -25,13 +25,13 @@ from surveillance_pipeline.gbif.downloads import (
     read_records,
 )
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
+from surveillance_pipeline.gbif.licenses import CC_BY, CC_BY_NC, normalize_license
+from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, partition_keys, species_by_slug
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
-from surveillance_pipeline.occurrences.licenses import CC_BY, CC_BY_NC, normalize_license
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
-from surveillance_pipeline.occurrences.raw import read_raw_snapshot
 from surveillance_pipeline.resources import GbifSource
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources, table_md5
 

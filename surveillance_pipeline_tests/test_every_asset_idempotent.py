@@ -31,9 +31,9 @@ from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
-from surveillance_pipeline.lab_run import batch_days_present, prepare_lab_inputs
-from surveillance_pipeline.ledger.assets import add_batch_days
+from surveillance_pipeline.lab.run import batch_days_present, prepare_lab_inputs
 from surveillance_pipeline.outputs import declared_outputs
+from surveillance_pipeline.partitions import add_batch_days
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline.reporting import partition_range_tags, recorded_data_version
 from surveillance_pipeline_tests.conftest import scratch_database

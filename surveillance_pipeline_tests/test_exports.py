@@ -7,11 +7,11 @@ import dagster as dg
 import geopandas as gpd
 import pytest
 
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.releases.assets import devil_snapshot_export, sample_export
 from surveillance_pipeline.releases.build import build_devil_snapshot_export
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 from surveillance_pipeline_tests.pipeline import SAMPLED, materialize, resources
 
 pytestmark = pytest.mark.db

@@ -5,19 +5,19 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.gbif.lab import lab_records
 from surveillance_pipeline.gbif.registry import species_by_slug
-from surveillance_pipeline.occurrences.assets import gbif_raw
-from surveillance_pipeline.places.assets import geocoded_localities
-from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
-from surveillance_pipeline.places.geocoder import (
+from surveillance_pipeline.geocoding.service import (
     USER_AGENT,
     GeocodeAnswer,
     HttpGeocoder,
-    LabGeocoder,
     ledger_key,
     normalize_locality,
 )
+from surveillance_pipeline.lab.gbif_client import lab_records
+from surveillance_pipeline.lab.geocoder import LabGeocoder
+from surveillance_pipeline.occurrences.assets import gbif_raw
+from surveillance_pipeline.places.assets import geocoded_localities
+from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
 from surveillance_pipeline.resources import GeocoderSource
 from surveillance_pipeline_tests.fake_geocoder import FakeGeocoder
 from surveillance_pipeline_tests.pipeline import DEVIL, TEST_LEDGER_SALT, metadata, resources

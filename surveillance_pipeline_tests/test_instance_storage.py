@@ -13,7 +13,7 @@ from surveillance_pipeline.instance_storage import (
     PooledPostgresRunStorage,
     PooledPostgresStorage,
 )
-from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
 from surveillance_pipeline_tests.dagster_dev import project_dagster_home
 

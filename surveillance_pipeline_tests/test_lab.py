@@ -5,8 +5,8 @@ from collections import Counter
 
 from surveillance_pipeline.core.keys import canonical_json
 from surveillance_pipeline.gbif.client import PAGE_LIMIT, fetch_all_occurrences
-from surveillance_pipeline.gbif.lab import LabGbifClient, lab_records
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
+from surveillance_pipeline.lab.gbif_client import LabGbifClient, lab_records
 from surveillance_pipeline.samples.rules import pick_sample, summarize_ids
 
 # sha256 over the canonical JSON of every lab page (all species, pages of 300, in registry order).

@@ -10,10 +10,10 @@ import pytest
 
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.lab.districts import lab_districts_geojson, lab_layer_path
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
-from surveillance_pipeline.places.lab_districts import lab_districts_geojson
-from surveillance_pipeline.places.regions import RegionLayer, assign_points, lab_layer_path, load_regions
+from surveillance_pipeline.places.regions import RegionLayer, assign_points, load_regions
 from surveillance_pipeline_tests.pipeline import DEVIL, metadata, resources
 
 pytestmark = [pytest.mark.db]

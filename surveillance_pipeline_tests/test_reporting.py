@@ -13,7 +13,7 @@ from surveillance_pipeline import reporting
 from surveillance_pipeline.dagster_internals import asset_partition_status
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.occurrences.partitions import species_partitions
+from surveillance_pipeline.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
 from surveillance_pipeline_tests.pipeline import execute_as_launched
 

@@ -28,11 +28,11 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.dagster_internals import serialize_value
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.releases.assets import derived_dataset_registration, sample_export
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.pipeline import DEVIL, SAMPLED

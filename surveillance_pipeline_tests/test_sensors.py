@@ -9,11 +9,11 @@ import pytest
 
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.lab.batches import write_lab_batches
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.assets import occurrence_batches
-from surveillance_pipeline.ledger.lab_batches import write_lab_batches
 from surveillance_pipeline.ledger.sensors import batches_sensor
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, resources

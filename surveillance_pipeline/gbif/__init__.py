@@ -1,1 +1,3 @@
-"""GBIF: the species registry, the client interface with its lab implementation, raw snapshots."""
+"""GBIF: the species registry, the API and download readers, the record rules and raw snapshots.
+
+Depends on core only; the lab's stand-in client lives in lab/."""

@@ -22,8 +22,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from surveillance_pipeline.gbif.api import API_SOURCE, DEFAULT_BASE_URL, ApiGbifClient, GbifRequestError
-from surveillance_pipeline.gbif.lab import LAB_SOURCE
+from surveillance_pipeline.core.settings import (
+    GBIF_BASE_URL_VARIABLE,
+    GBIF_SOURCE_VARIABLE,
+    SPECIES_FILE_VARIABLE,
+)
+from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifRequestError
+from surveillance_pipeline.gbif.client import API_SOURCE, DOWNLOAD_SOURCE, LAB_SOURCE, SOURCES
 from surveillance_pipeline.gbif.match_registry import judge
 from surveillance_pipeline.gbif.registry import (
     COUNTRY,
@@ -35,15 +40,6 @@ from surveillance_pipeline.gbif.registry import (
     registry_path,
     write_registry,
 )
-from surveillance_pipeline.settings import (
-    GBIF_BASE_URL_VARIABLE,
-    GBIF_SOURCE_VARIABLE,
-    SPECIES_FILE_VARIABLE,
-)
-
-# downloads.DOWNLOAD_SOURCE, spelt out: importing the download reader (and derive with it) only for its name
-# would make this small command load most of the pipeline.
-DOWNLOAD_SOURCE = "download"
 
 
 class AddSpeciesError(ValueError):
@@ -116,7 +112,7 @@ def species_match(name: str, source: str, base_url: str) -> dict[str, Any]:
             return ApiGbifClient(base_url).species_match(name)
         except GbifRequestError as error:
             raise AddSpeciesError(f"could not ask GBIF's species match about {name!r}: {error}") from None
-    expected = ", ".join((LAB_SOURCE, API_SOURCE, DOWNLOAD_SOURCE))
+    expected = ", ".join(SOURCES)
     raise AddSpeciesError(f"{GBIF_SOURCE_VARIABLE}={source!r}: expected one of {expected}")
 
 

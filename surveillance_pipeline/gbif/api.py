@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-API_SOURCE = "api"
+from surveillance_pipeline.gbif.client import API_SOURCE
+
 DEFAULT_BASE_URL = "https://api.gbif.org/v1"
 USER_AGENT = "surveillance_pipeline/0.1 (GBIF occurrences into PostGIS)"
 RETRYABLE = {429, 500, 502, 503, 504}

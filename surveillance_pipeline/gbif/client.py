@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+# The sources a GbifSource can name: GBIF's API, GBIF downloads in data/downloads/, the built-in lab data.
+API_SOURCE = "api"
+DOWNLOAD_SOURCE = "download"
+LAB_SOURCE = "lab"
+SOURCES = (LAB_SOURCE, API_SOURCE, DOWNLOAD_SOURCE)
+
 # GBIF's occurrence search serves at most 300 records a page, and no record past offset 100,000.
 PAGE_LIMIT = 300
 SEARCH_LIMIT = 100_000

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from surveillance_pipeline.gbif.downloads import ABSENT, DownloadInfo, TableLayout, open_member
+from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import COORDINATE_TERMS, INTEGER_TERMS, RECORD_COLUMNS, TEXT_TERMS
-from surveillance_pipeline.occurrences.licenses import normalize_license
 
 BLOCK_BYTES = 4 << 20
 # What a kept column may hold, beyond the empty string. Narrower than what the row reader accepts only

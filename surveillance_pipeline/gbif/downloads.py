@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 import xml.etree.ElementTree as ElementTree  # noqa: S405 - see _parse_xml for why plain expat is safe here
 import zipfile
@@ -34,17 +33,15 @@ from typing import IO, Any, cast
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
-from surveillance_pipeline.gbif.records import (
+from surveillance_pipeline.gbif.licenses import normalize_license
+from surveillance_pipeline.gbif.records import INTEGER_TERMS, TEXT_TERMS, escape
+from surveillance_pipeline.gbif.rules import (
     COORDINATE_TERMS,
-    INTEGER_TERMS,
-    MAX_GBIF_ID,
-    TEXT_TERMS,
-    ZERO_COORDINATE,
-    escape,
+    decimal_text_problem,
+    gbif_id_text_problem,
+    published_at_zero,
 )
-from surveillance_pipeline.occurrences.licenses import normalize_license
 
-DOWNLOAD_SOURCE = "download"
 DWCA = "DWCA"
 SIMPLE_CSV = "SIMPLE_CSV"
 OCCURRENCE_ROW_TYPE = "http://rs.tdwg.org/dwc/terms/Occurrence"
@@ -496,8 +493,9 @@ def _checked(
         return InputError(path, f"{layout.member} line {line}", term, problem)
 
     gbif_id = values["gbifID"]
-    if not gbif_id.isdigit() or not 0 < int(gbif_id) <= MAX_GBIF_ID:
-        raise fail("gbifID", f"expected an id in 1..{MAX_GBIF_ID}, got {gbif_id[:40]!r}")
+    problem = gbif_id_text_problem(gbif_id)
+    if problem:
+        raise fail("gbifID", problem)
     key = int(gbif_id)
     fields = [str(key)]
     fields.extend(escape(values[term]) for term in TEXT_TERMS)
@@ -515,12 +513,10 @@ def _checked(
             numbers.append(None)
             fields.append("")
             continue
-        try:
-            number = float(value)
-        except ValueError:
-            raise fail(term, f"expected a number, got {value[:40]!r}") from None
-        if not math.isfinite(number) or not -limit <= number <= limit:
-            raise fail(term, f"{value[:40]!r} is not a number in -{limit:g}..{limit:g}")
+        problem = decimal_text_problem(value, limit)
+        if problem:
+            raise fail(term, problem)
+        number = float(value)
         numbers.append(number)
         fields.append(repr(number))
     issues = sorted(issue.strip() for issue in values["issue"].split(";") if issue.strip())
@@ -543,6 +539,6 @@ def _checked(
         absent=values["occurrenceStatus"].upper() == ABSENT,
         has_license=bool(values["license"]),
         has_coordinates=latitude is not None,
-        zero_coordinates=(latitude == 0 and longitude == 0) or ZERO_COORDINATE in issues,
+        zero_coordinates=published_at_zero(latitude, longitude, issues),
         license=license_name,
     )

@@ -13,18 +13,18 @@ from typing import Any
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import sha256_file_once, sha256_hex
-from surveillance_pipeline.gbif.client import GbifClient, fetch_all_occurrences
+from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
-from surveillance_pipeline.gbif.downloads import DOWNLOAD_SOURCE, DownloadInfo
-from surveillance_pipeline.gbif.records import RecordsWriter, copy_records
-from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
-from surveillance_pipeline.occurrences.raw import (
+from surveillance_pipeline.gbif.downloads import DownloadInfo
+from surveillance_pipeline.gbif.raw_snapshots import (
     RawSnapshot,
     normalize_records,
     parse_raw_snapshot,
     records_path,
-    write_atomically,
 )
+from surveillance_pipeline.gbif.records import RecordsWriter, copy_records
+from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 
 # A download whose zip says nothing of when it was made (no key, no metadata, no member times): a fixed
 # time, never the clock, so the same downloads give the same raw bytes.
@@ -144,7 +144,7 @@ def ingest_species_from_downloads(
         count=rows,
     )
     data = snapshot.to_bytes()
-    write_atomically(raw_path, data)
+    replace_file(raw_path, data)
     return IngestOutcome(
         request,
         DOWNLOAD_SOURCE,
@@ -197,7 +197,7 @@ def write_raw_snapshot(
 
     snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, records)
     data = snapshot.to_bytes()
-    write_atomically(raw_path, data)
+    replace_file(raw_path, data)
     # A species that was read from downloads before: its records file is no longer named by anything.
     records_path(raw_path).unlink(missing_ok=True)
     return IngestOutcome(

@@ -17,6 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from surveillance_pipeline.core.settings import GBIF_BASE_URL_VARIABLE, SPECIES_FILE_VARIABLE
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient
 from surveillance_pipeline.gbif.registry import (
     inside_package,
@@ -24,7 +25,6 @@ from surveillance_pipeline.gbif.registry import (
     registry_path,
     write_registry,
 )
-from surveillance_pipeline.settings import GBIF_BASE_URL_VARIABLE, SPECIES_FILE_VARIABLE
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.partition_files import staging_file
+from surveillance_pipeline.gbif.rules import COORDINATE_TERMS
 
 # The occurrence-search fields a record keeps, by type. Everything else in a download is left out: derive
 # and geocoded_localities read only these.
@@ -42,11 +43,6 @@ TEXT_TERMS = (
     "taxonRank",
 )
 INTEGER_TERMS = ("year", "taxonKey", "speciesKey", "acceptedTaxonKey")
-COORDINATE_TERMS = (("decimalLatitude", 90.0), ("decimalLongitude", 180.0))
-# The largest gbifID PostgreSQL's bigint holds.
-MAX_GBIF_ID = 2**63 - 1
-# GBIF's flag for records published at 0,0: kept, but without a geometry.
-ZERO_COORDINATE = "ZERO_COORDINATE"
 RECORD_COLUMNS = ("key", *TEXT_TERMS, *INTEGER_TERMS, *(name for name, _ in COORDINATE_TERMS), "issues")
 RECORDS_FORMAT = 1
 # Level 1: a records file is written once per download version and read by derive; a stronger level

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from surveillance_pipeline.settings import SPECIES_FILE_VARIABLE
+from surveillance_pipeline.core.settings import SPECIES_FILE_VARIABLE
 
 REGISTRY_FILE = "species.csv"
 COLUMNS = (

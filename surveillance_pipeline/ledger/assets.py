@@ -8,6 +8,7 @@ from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
 from surveillance_pipeline.ledger.feed import SCHEMA_VERSION, TARGET, apply_batch, batch_path, read_batch
 from surveillance_pipeline.outputs import outputs_metadata
+from surveillance_pipeline.partitions import batch_days
 from surveillance_pipeline.reporting import (
     PartitionEvents,
     PartitionReport,
@@ -15,20 +16,6 @@ from surveillance_pipeline.reporting import (
     report_partitions,
 )
 from surveillance_pipeline.resources import DataPaths, Warehouse
-
-# A day is a partition once its file is there (batches_sensor and make run add it), so that "Missing" in
-# the UI means a day whose batch has not been applied, not a day without a batch.
-batch_days = dg.DynamicPartitionsDefinition(name="batch_days")
-
-
-def add_batch_days(instance: dg.DagsterInstance, days: list[str]) -> list[str]:
-    """Add the days that are not partitions yet (in order); return every partition, in Dagster's order."""
-    known = set(batch_days.get_partition_keys(dynamic_partitions_store=instance))
-    new = sorted(set(days) - known)
-    if new:
-        instance.add_dynamic_partitions(batch_days.name or "batch_days", new)
-    return list(batch_days.get_partition_keys(dynamic_partitions_store=instance))
-
 
 NO_BATCH = "none"
 

@@ -7,8 +7,6 @@ upserts, changing exactly the corrected rows.
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -20,20 +18,15 @@ from surveillance_pipeline.core.errors import InputError, text_lines
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import TargetSchema, ensure_target_schema
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.gbif.rules import decimal_text_problem, gbif_id_text_problem, year_text_problem
 from surveillance_pipeline.ledger.batches import BatchOutcome, apply_batch_once
-from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, YEAR_RANGE
-from surveillance_pipeline.occurrences.licenses import LICENSES
 
 PACKAGE = "surveillance_pipeline.ledger"
 TARGET = "occurrence_feed"
 SCHEMA_VERSION = 1
 BATCH_HEADER = "id,species,year,longitude,latitude,license"
-# At most 19 digits (bigint) and 4 (a year): Python's int() refuses very long digit strings outright.
-_GBIF_ID = re.compile(r"[0-9]{1,19}")
-_YEAR = re.compile(r"[0-9]{1,4}")
-# What both Python and PostgreSQL read as the same double; float() alone also takes "nan", "1_0", " 1".
-_DECIMAL = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 
 
 def feed_schema() -> TargetSchema:
@@ -81,22 +74,17 @@ def read_batch(path: Path) -> Batch:
         if len(fields) != 6:
             raise InputError(path, where, None, f"expected 6 fields ({BATCH_HEADER}), found {len(fields)}")
         raw_id, slug, raw_year, raw_longitude, raw_latitude, license_name = fields
-        if not _GBIF_ID.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
-            raise InputError(path, where, "id", f"expected a gbifID in 1..{MAX_GBIF_ID}, got {raw_id!r}")
+        problem = gbif_id_text_problem(raw_id)
+        if problem:
+            raise InputError(path, where, "id", problem)
         if int(raw_id) in seen:
             raise InputError(path, where, "id", f"duplicate id, first on line {seen[int(raw_id)]}")
         seen[int(raw_id)] = number
         if slug not in species:
             raise InputError(path, where, "species", f"{slug!r} is not in the species registry")
-        if raw_year and (
-            not _YEAR.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
-        ):
-            raise InputError(
-                path,
-                where,
-                "year",
-                f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}, got {raw_year!r}",
-            )
+        problem = year_text_problem(raw_year)
+        if problem:
+            raise InputError(path, where, "year", problem)
         _check_coordinates(path, where, raw_longitude, raw_latitude)
         if license_name and license_name not in LICENSES:
             raise InputError(path, where, "license", f"unknown license {license_name!r}")
@@ -107,11 +95,9 @@ def _check_coordinates(path: Path, where: str, raw_longitude: str, raw_latitude:
     if not raw_longitude and not raw_latitude:
         return
     for name, raw, limit in (("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)):
-        if not _DECIMAL.fullmatch(raw):
-            raise InputError(path, where, name, f"expected a decimal number, got {raw!r}")
-        value = float(raw)
-        if not math.isfinite(value) or not -limit <= value <= limit:
-            raise InputError(path, where, name, f"{raw} is not a number in -{limit}..{limit}")
+        problem = decimal_text_problem(raw, limit)
+        if problem:
+            raise InputError(path, where, name, problem)
 
 
 def apply_batch(conn: psycopg.Connection, batch: Batch) -> BatchOutcome:

@@ -11,9 +11,10 @@ from datetime import date
 import dagster as dg
 
 from surveillance_pipeline.core.keys import sha256_file
-from surveillance_pipeline.ledger.assets import batch_days, occurrence_batches
+from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.batches import applied_checksums
 from surveillance_pipeline.ledger.feed import TARGET
+from surveillance_pipeline.partitions import batch_days
 from surveillance_pipeline.resources import DataPaths, Warehouse
 
 

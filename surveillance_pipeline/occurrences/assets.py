@@ -21,6 +21,8 @@ from surveillance_pipeline.core.refresh import (
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.download_index import DownloadIndex, DownloadsFolder, open_downloads
 from surveillance_pipeline.gbif.ingest import ingest_species, ingest_species_from_downloads
+from surveillance_pipeline.gbif.licenses import LICENSES
+from surveillance_pipeline.gbif.raw_snapshots import records_path
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.derive import (
     DERIVE_VERSION,
@@ -29,7 +31,6 @@ from surveillance_pipeline.occurrences.derive import (
     derive_to_file,
     memo_holds,
 )
-from surveillance_pipeline.occurrences.licenses import LICENSES
 from surveillance_pipeline.occurrences.load import (
     SCHEMA_VERSION,
     TRANSFORM_VERSION,
@@ -38,9 +39,8 @@ from surveillance_pipeline.occurrences.load import (
     verified_derived_file,
 )
 from surveillance_pipeline.occurrences.maps import occurrences_map
-from surveillance_pipeline.occurrences.partitions import species_partitions
-from surveillance_pipeline.occurrences.raw import records_path
 from surveillance_pipeline.outputs import outputs_metadata
+from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.reporting import (
     PartitionEvents,
     PartitionReport,
@@ -55,13 +55,6 @@ class OccurrencesConfig(dg.Config):
 
     licenses: list[str] = list(LICENSES)
     require_coordinates: bool = False
-
-
-SPECIES_ASSET: dict[str, Any] = {
-    "partitions_def": species_partitions,
-    # One run for a whole backfill range: per-partition runs cost seconds of process start each.
-    "backfill_policy": dg.BackfillPolicy.single_run(),
-}
 
 
 @dg.observable_source_asset(
@@ -96,9 +89,8 @@ def downloads_metadata(folder: DownloadsFolder) -> dict[str, Any]:
     }
 
 
-@dg.asset(
+@species_asset(
     metadata=outputs_metadata(folders=["raw"]),
-    **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_downloads],
     code_version="ingest-v2",
@@ -156,9 +148,8 @@ def gbif_raw(
         yield from report_partitions(context, ingest_partition)
 
 
-@dg.asset(
+@species_asset(
     metadata=outputs_metadata(folders=["derived"]),
-    **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_raw],
     code_version=f"derive-v{DERIVE_VERSION}",
@@ -205,9 +196,8 @@ def gbif_derived(
         yield from report_partitions(context, derive_partition)
 
 
-@dg.asset(
+@species_asset(
     metadata=outputs_metadata(tables=["species", "occurrences"], folders=["figures/occurrences"]),
-    **SPECIES_ASSET,
     group_name="occurrences",
     deps=[gbif_derived],
     code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",

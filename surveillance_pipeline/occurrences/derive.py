@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,15 +25,20 @@ from surveillance_pipeline.core.keys import (
 )
 from surveillance_pipeline.core.partition_files import staging_file
 from surveillance_pipeline.core.recent import RecentValues
-from surveillance_pipeline.gbif.records import MAX_GBIF_ID, ZERO_COORDINATE
+from surveillance_pipeline.gbif.licenses import normalize_license
+from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
-from surveillance_pipeline.occurrences.licenses import normalize_license
-from surveillance_pipeline.occurrences.raw import RawSnapshot, parse_raw_snapshot, read_raw_bytes
+from surveillance_pipeline.gbif.rules import (
+    COORDINATE_TERMS,
+    MAX_GBIF_ID,
+    coordinate_problem,
+    published_at_zero,
+    valid_gbif_id,
+    year_problem,
+)
 
 DERIVE_VERSION = 1
 DERIVED_COLUMNS = ("id", "year", "longitude", "latitude", "license")
-# Plausible observation years; anything outside is a data error, not a filter decision.
-YEAR_RANGE = (1600, 2100)
 ZERO = ("", "")  # identity-compared marker: coordinates dropped because they were 0,0
 # How much derived output one process keeps for derive_raw_file (a species is a few hundred bytes to
 # tens of megabytes of CSV); the oldest entries go first.
@@ -288,7 +292,7 @@ def _gbif_id(record: dict[str, Any], index: int, path: Path | str) -> int:
     key = record.get("key")
     if isinstance(key, bool) or not isinstance(key, int):
         raise InputError(path, f"record {index}", "key", f"expected an integer gbifID, got {key!r}")
-    if not 0 < key <= MAX_GBIF_ID:
+    if not valid_gbif_id(key):
         raise InputError(path, f"record {index}", "key", f"gbifID {key} is outside 1..{MAX_GBIF_ID}")
     return key
 
@@ -315,8 +319,9 @@ def _year(record: dict[str, Any], where: str, path: Path | str) -> int | None:
         return None
     if isinstance(year, bool) or not isinstance(year, int):
         raise InputError(path, where, "year", f"expected a whole number, got {year!r}")
-    if not YEAR_RANGE[0] <= year <= YEAR_RANGE[1]:
-        raise InputError(path, where, "year", f"{year} is outside {YEAR_RANGE[0]}..{YEAR_RANGE[1]}")
+    problem = year_problem(year)
+    if problem:
+        raise InputError(path, where, "year", problem)
     return year
 
 
@@ -326,15 +331,14 @@ def _coordinates(record: dict[str, Any], where: str, path: Path | str) -> tuple[
     longitude: Any = record.get("decimalLongitude")
     if latitude is None and longitude is None:
         return None
-    for name, value, limit in (("decimalLatitude", latitude, 90), ("decimalLongitude", longitude, 180)):
+    for (name, limit), value in zip(COORDINATE_TERMS, (latitude, longitude), strict=True):
         if value is None:
             raise InputError(path, where, name, "missing while the other coordinate is present")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InputError(path, where, name, f"expected a number, got {value!r}")
-        if not math.isfinite(value):
-            raise InputError(path, where, name, f"{value!r} is not a finite number")
-        if not -limit <= value <= limit:
-            raise InputError(path, where, name, f"{value} is outside -{limit}..{limit}")
-    if (latitude == 0 and longitude == 0) or ZERO_COORDINATE in (record.get("issues") or []):
+        problem = coordinate_problem(value, limit)
+        if problem:
+            raise InputError(path, where, name, problem)
+    if published_at_zero(latitude, longitude, record.get("issues") or []):
         return ZERO
     return repr(float(longitude)), repr(float(latitude))

@@ -23,9 +23,9 @@ from surveillance_pipeline.core.refresh import (
     refresh_partition,
 )
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_to_file, memo_holds
-from surveillance_pipeline.occurrences.licenses import LICENSES
 
 PACKAGE = "surveillance_pipeline.occurrences"
 JOB = "occurrences"

@@ -3,8 +3,9 @@
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
-from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, gbif_raw, occurrences
+from surveillance_pipeline.occurrences.assets import gbif_raw, occurrences
 from surveillance_pipeline.outputs import outputs_metadata
+from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.places import geocoded, regions
 from surveillance_pipeline.reporting import (
     PartitionEvents,
@@ -15,9 +16,8 @@ from surveillance_pipeline.reporting import (
 from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
 
 
-@dg.asset(
+@species_asset(
     metadata=outputs_metadata(tables=["geocoded_localities", "geocode_calls"]),
-    **SPECIES_ASSET,
     group_name="places",
     deps=[gbif_raw],
     code_version=f"transform-v{geocoded.TRANSFORM_VERSION}.schema-v{geocoded.SCHEMA_VERSION}",
@@ -72,9 +72,8 @@ REGION_COUNTS_SCHEMA = dg.TableSchema(
 )
 
 
-@dg.asset(
+@species_asset(
     metadata=outputs_metadata(tables=["region_assignment", "regions"]),
-    **SPECIES_ASSET,
     group_name="places",
     deps=[occurrences, geocoded_localities],
     code_version=f"transform-v{regions.TRANSFORM_VERSION}.schema-v{regions.SCHEMA_VERSION}",

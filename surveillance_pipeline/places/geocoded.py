@@ -19,11 +19,11 @@ from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_snapshot
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_record_lines, record_from_fields
 from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.geocoding.service import Geocoder, ledger_key, normalize_locality
 from surveillance_pipeline.occurrences.derive import check_request
-from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot
-from surveillance_pipeline.places.geocoder import Geocoder, ledger_key, normalize_locality
 from surveillance_pipeline.places.ledger import GeocodeRun, answers_for, entries_checksum, geocode_missing
 
 PACKAGE = "surveillance_pipeline.places"

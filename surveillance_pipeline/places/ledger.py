@@ -15,7 +15,7 @@ import psycopg
 
 from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
 from surveillance_pipeline.core.sql_files import load_sql
-from surveillance_pipeline.places.geocoder import Geocoder
+from surveillance_pipeline.geocoding.service import Geocoder
 
 PACKAGE = "surveillance_pipeline.places"
 

@@ -9,7 +9,6 @@ so another layer reloads every assignment and the same layer skips.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +24,14 @@ from surveillance_pipeline.core.refresh import (
     refresh_partition,
     upstream_job_key,
 )
+from surveillance_pipeline.core.settings import PROJECT_ROOT
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
 from surveillance_pipeline.occurrences.load import TABLE as OCCURRENCES_TABLE
 from surveillance_pipeline.places.geocoded import JOB as GEOCODED_JOB
 from surveillance_pipeline.places.geocoded import TABLE as GEOCODED_TABLE
-from surveillance_pipeline.settings import PROJECT_ROOT
 
 PACKAGE = "surveillance_pipeline.places"
 REGIONS_JOB = "regions"
@@ -42,11 +42,6 @@ JOB = "region_assignment"
 TABLE = "region_assignment"
 TRANSFORM_VERSION = 1
 SCHEMA_VERSION = 1
-LAB_LAYER = "lab_districts.geojson"
-
-
-def lab_layer_path() -> Path:
-    return Path(str(resources.files(PACKAGE).joinpath("data", LAB_LAYER)))
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.figures import histogram_png, kept_figure, markdown_image
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
-from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
+from surveillance_pipeline.occurrences.assets import occurrences
 from surveillance_pipeline.outputs import outputs_metadata
+from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.releases.build import (
     EXPORT_VERSION,
     BuiltExport,
@@ -209,8 +210,7 @@ class MaskedReleaseConfig(dg.Config):
     max_m: float = DEFAULT_MAX_M
 
 
-@dg.asset(
-    **SPECIES_ASSET,
+@species_asset(
     group_name="releases",
     deps=[occurrences],
     metadata=outputs_metadata(folders=[MASKED_RELEASE, f"figures/{MASKED_RELEASE}"]),

@@ -22,6 +22,7 @@ import psycopg
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.core.seeds import derived_seed
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.releases.masking import (
     MASKING_VERSION,
@@ -29,7 +30,6 @@ from surveillance_pipeline.releases.masking import (
     MaskingRules,
     build_masked_release,
 )
-from surveillance_pipeline.settings import DATABASE_URL_VARIABLE
 
 PACKAGE = "surveillance_pipeline.releases"
 

@@ -6,8 +6,9 @@ from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_recorded_key, report_derived_output
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
-from surveillance_pipeline.occurrences.assets import SPECIES_ASSET, occurrences
+from surveillance_pipeline.occurrences.assets import occurrences
 from surveillance_pipeline.outputs import outputs_metadata
+from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.reporting import (
     PartitionEvents,
     PartitionReport,
@@ -39,9 +40,8 @@ class SampleConfig(dg.Config):
     cap: int = DEFAULT_CAP
 
 
-@dg.asset(
+@species_asset(
     metadata=outputs_metadata(tables=["occurrence_sample", "sample_drift"]),
-    **SPECIES_ASSET,
     group_name="samples",
     deps=[occurrences],
     automation_condition=REFRESH_WHEN_INPUTS_CHANGE,

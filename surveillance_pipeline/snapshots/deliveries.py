@@ -6,19 +6,15 @@ loaded, and a bad one is named by file, line and field.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from surveillance_pipeline.core.errors import InputError, text_lines
 from surveillance_pipeline.core.keys import sha256_hex
-from surveillance_pipeline.occurrences.derive import MAX_GBIF_ID, YEAR_RANGE
-from surveillance_pipeline.occurrences.licenses import LICENSES
+from surveillance_pipeline.gbif.licenses import LICENSES
+from surveillance_pipeline.gbif.rules import gbif_id_text_problem, year_text_problem
 
 DELIVERY_HEADER = "id,year,license"
-# At most 19 digits (bigint) and 4 (a year): Python's int() refuses very long digit strings outright.
-_GBIF_ID = re.compile(r"[0-9]{1,19}")
-_YEAR = re.compile(r"[0-9]{1,4}")
 
 
 @dataclass(frozen=True)
@@ -62,25 +58,18 @@ def read_delivery(path: Path) -> Delivery:
                 path, f"line {number}", None, f"expected 3 fields (id,year,license), found {len(fields)}"
             )
         raw_id, raw_year, license_name = fields
-        if not _GBIF_ID.fullmatch(raw_id) or not 0 < int(raw_id) <= MAX_GBIF_ID:
-            raise InputError(
-                path, f"line {number}", "id", f"expected a gbifID in 1..{MAX_GBIF_ID}, got {raw_id!r}"
-            )
+        problem = gbif_id_text_problem(raw_id)
+        if problem:
+            raise InputError(path, f"line {number}", "id", problem)
         gbif_id = int(raw_id)
         if gbif_id in seen:
             raise InputError(
                 path, f"line {number}", "id", f"duplicate id {gbif_id}, first on line {seen[gbif_id]}"
             )
         seen[gbif_id] = number
-        if raw_year and (
-            not _YEAR.fullmatch(raw_year) or not YEAR_RANGE[0] <= int(raw_year) <= YEAR_RANGE[1]
-        ):
-            raise InputError(
-                path,
-                f"line {number}",
-                "year",
-                f"expected empty or a year in {YEAR_RANGE[0]}..{YEAR_RANGE[1]}, got {raw_year!r}",
-            )
+        problem = year_text_problem(raw_year)
+        if problem:
+            raise InputError(path, f"line {number}", "year", problem)
         if license_name not in LICENSES:
             raise InputError(path, f"line {number}", "license", f"unknown license {license_name!r}")
     return Delivery(path, data, len(lines) - 1)

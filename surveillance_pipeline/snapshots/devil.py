@@ -18,7 +18,7 @@ from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, faul
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, RefreshOutcome, TargetSchema, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
-from surveillance_pipeline.occurrences.licenses import CC0, CC_BY, LICENSES
+from surveillance_pipeline.gbif.licenses import CC0, CC_BY, LICENSES
 from surveillance_pipeline.snapshots.deliveries import Delivery
 
 PACKAGE = "surveillance_pipeline.snapshots"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psycopg
 
+from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import (
     LOADED,
     SKIPPED,
@@ -32,14 +33,14 @@ from surveillance_pipeline.core.refresh import (
     last_loaded_parts,
 )
 from surveillance_pipeline.gbif.ingest import ingest_species
-from surveillance_pipeline.gbif.lab import LabGbifClient
+from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_snapshot
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
+from surveillance_pipeline.lab.gbif_client import LabGbifClient
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.derive import derive_occurrences
-from surveillance_pipeline.occurrences.raw import RawSnapshot, read_raw_snapshot, write_atomically
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
-from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 from surveillance_pipeline_tests.faults.points import (
     BLOCK,
     FAULT_ACTION_VARIABLE,
@@ -79,10 +80,10 @@ def prepare_snapshots(root: Path) -> Snapshots:
     ingest_species(LabGbifClient(), SPECIES, raw_a, retrieved="2026-11-02T00:00:00Z")
     first = read_raw_snapshot(raw_a)
     fewer = RawSnapshot(first.request, "2026-11-09T00:00:00Z", first.source, first.records[1:])
-    write_atomically(raw_b, fewer.to_bytes())
+    replace_file(raw_b, fewer.to_bytes())
     for folder, raw in ((snapshots.a, raw_a), (snapshots.b, raw_b)):
         derived = derive_occurrences(read_raw_snapshot(raw), SPECIES, raw)
-        write_atomically(folder / "derived" / f"{DEVIL}.csv", derived.data)
+        replace_file(folder / "derived" / f"{DEVIL}.csv", derived.data)
     write_lab_delivery(snapshots.a, "A", "2026-11-02")
     write_lab_delivery(snapshots.b, "B", "2026-11-09")
     return snapshots

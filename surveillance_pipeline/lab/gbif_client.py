@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from surveillance_pipeline.gbif.client import LAB_SOURCE
 from surveillance_pipeline.gbif.registry import Species, load_registry
-from surveillance_pipeline.places.gazetteer import LAB_GAZETTEER, LAB_UNKNOWN_LOCALITIES
+from surveillance_pipeline.lab.gazetteer import LAB_GAZETTEER, LAB_UNKNOWN_LOCALITIES
 
-LAB_SOURCE = "lab"
 # The lab records never change, so every lab snapshot stands for this one retrieval.
 LAB_RETRIEVED = "2026-11-02T00:00:00Z"
 

@@ -1,8 +1,8 @@
 """Lab deliveries of the devil's records, for trying the snapshot rule by hand and in tests.
 
-    python -m surveillance_pipeline.snapshots.lab_deliveries A 2026-11-02   # the lab's 2,000 devil records
-    python -m surveillance_pipeline.snapshots.lab_deliveries B 2026-11-09   # a week later: one year corrected
-    python -m surveillance_pipeline.snapshots.lab_deliveries A 2026-11-16   # A re-delivered under a new name
+    python -m surveillance_pipeline.lab.deliveries A 2026-11-02   # the lab's 2,000 devil records
+    python -m surveillance_pipeline.lab.deliveries B 2026-11-09   # a week later: one year corrected
+    python -m surveillance_pipeline.lab.deliveries A 2026-11-16   # A re-delivered under a new name
 
 B differs from A in one record: the one with the lowest md5(id) among those with a year gets year - 1.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from surveillance_pipeline.gbif.lab import lab_records
-from surveillance_pipeline.occurrences.licenses import normalize_license
-from surveillance_pipeline.occurrences.raw import write_atomically
+from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.core.settings import data_dir
+from surveillance_pipeline.gbif.licenses import normalize_license
+from surveillance_pipeline.lab.gbif_client import lab_records
 from surveillance_pipeline.samples.rules import md5_text
-from surveillance_pipeline.settings import data_dir
 from surveillance_pipeline.snapshots.deliveries import DELIVERY_HEADER
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 
@@ -49,7 +49,7 @@ DELIVERIES = {"A": delivery_a, "B": delivery_b}
 def write_lab_delivery(root: Path, kind: str, date: str) -> Path:
     """Write delivery ``kind`` (A or B) as ``<root>/deliveries/sarcophilus-harrisii/<date>.csv``."""
     path = root / "deliveries" / DEVIL_SLUG / f"{date}.csv"
-    write_atomically(path, DELIVERIES[kind]())
+    replace_file(path, DELIVERIES[kind]())
     return path
 
 

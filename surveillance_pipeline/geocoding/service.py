@@ -1,4 +1,4 @@
-"""Geocoders behind one interface: a Nominatim-style HTTP search and the lab's fixed gazetteer.
+"""Geocoders behind one interface: a Nominatim-style HTTP search here, the lab's fixed gazetteer in lab/.
 
 Both answer one normalized locality text with a point or "not found". Neither returns the address text
 it matched (Nominatim's ``display_name``): what the ledger keeps is a point, never an address.
@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Protocol
-
-from surveillance_pipeline.places.gazetteer import LAB_GAZETTEER
 
 LAB_GEOCODER = "lab"
 HTTP_GEOCODER = "http"
@@ -67,21 +65,6 @@ class Geocoder(Protocol):
     service: str
 
     def geocode(self, normalized: str) -> GeocodeAnswer: ...
-
-
-class LabGeocoder:
-    """The lab's fixed gazetteer: the same answer for the same text, everywhere, with no network."""
-
-    service = "lab-gazetteer-v1"
-
-    def __init__(self) -> None:
-        self.places = {normalize_locality(name): point for name, point in LAB_GAZETTEER.items()}
-
-    def geocode(self, normalized: str) -> GeocodeAnswer:
-        point = self.places.get(normalized)
-        if point is None:
-            return GeocodeAnswer(NOT_FOUND)
-        return GeocodeAnswer(FOUND, longitude=point[0], latitude=point[1])
 
 
 class HttpGeocoder:

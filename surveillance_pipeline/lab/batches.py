@@ -1,6 +1,6 @@
 """Lab daily batches: three weeks of new GBIF-shaped records, the same bytes on every machine.
 
-python -m surveillance_pipeline.ledger.lab_batches            # writes data/batches/2026-10-01.csv ...
+python -m surveillance_pipeline.lab.batches            # writes data/batches/2026-10-01.csv ...
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import hashlib
 from datetime import date, timedelta
 from pathlib import Path
 
+from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.core.settings import data_dir
+from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import load_registry
 from surveillance_pipeline.ledger.feed import BATCH_HEADER, batch_path
-from surveillance_pipeline.occurrences.licenses import LICENSES
-from surveillance_pipeline.occurrences.raw import write_atomically
-from surveillance_pipeline.settings import data_dir
 
 FIRST_DAY = date(2026, 10, 1)
 DAYS = 21
@@ -52,7 +52,7 @@ def write_lab_batches(root: Path) -> list[Path]:
     written = []
     for day_index, day in enumerate(lab_batch_days()):
         path = batch_path(root / "batches", day)
-        write_atomically(path, lab_batch(day_index))
+        replace_file(path, lab_batch(day_index))
         written.append(path)
     return written
 

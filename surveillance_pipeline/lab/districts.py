@@ -1,19 +1,26 @@
-"""Write the lab's district layer, ``places/data/lab_districts.geojson``: a few coarse Tasmanian districts.
+"""Write the lab's district layer, ``lab/data/lab_districts.geojson``: a few coarse Tasmanian districts.
 
 Deterministic: the same bytes on every run, so the committed file can be regenerated and compared. The
 districts are simple polygons over the main island and the two Bass Strait island groups; the sea between
 them is in no district, so the lab exercises both "within" and "nearest". Neighbouring districts share
 edges exactly, so a point on a border is in two regions and the lower region id must win.
 
-    python -m surveillance_pipeline.places.lab_districts      # rewrites the file
+    python -m surveillance_pipeline.lab.districts      # rewrites lab/data/lab_districts.geojson
 """
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
-from surveillance_pipeline.places.regions import lab_layer_path
+LAB_LAYER = "lab_districts.geojson"
+
+
+def lab_layer_path() -> Path:
+    """The packaged district layer, the region layer's default."""
+    return Path(str(resources.files("surveillance_pipeline.lab").joinpath("data", LAB_LAYER)))
+
 
 # region_id, name, outer ring (longitude, latitude), counter-clockwise, first vertex not repeated.
 DISTRICTS: tuple[tuple[str, str, tuple[tuple[float, float], ...]], ...] = (

@@ -20,7 +20,6 @@ from typing import Any
 
 from surveillance_pipeline.core.errors import InputError, decode_utf8
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
-from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_records
 
@@ -185,8 +184,3 @@ def _parse_header(path: Path, document: dict[str, Any]) -> RawSnapshot:
 def records_path(header_path: Path) -> Path:
     """Where a format-2 snapshot's records file lives: ``<slug>.records.tsv.gz`` beside ``<slug>.json``."""
     return header_path.with_name(header_path.stem + RECORDS_SUFFIX)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write beside the target and rename over it, so a reader never sees half a file."""
-    replace_file(path, data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR_VARIABLE = "SURVEILLANCE_DATA_DIR"
 DATABASE_URL_VARIABLE = "SURVEILLANCE_DATABASE_URL"
 GBIF_SOURCE_VARIABLE = "GBIF_SOURCE"

@@ -22,6 +22,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.dagster_internals import SerializableErrorInfo, execute_in_code_location
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
@@ -31,15 +32,14 @@ from surveillance_pipeline.jobs import (
     SPECIES_ASSETS_JOB,
     WHOLE_TARGET_ASSETS_JOB,
 )
-from surveillance_pipeline.ledger.assets import add_batch_days
-from surveillance_pipeline.ledger.lab_batches import write_lab_batches
+from surveillance_pipeline.lab.batches import write_lab_batches
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
+from surveillance_pipeline.partitions import add_batch_days
 from surveillance_pipeline.pools import ensure_pool_limits
 from surveillance_pipeline.reporting import failed_partitions, partition_range_tags
 from surveillance_pipeline.run_config import quiet_run_config
-from surveillance_pipeline.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline.snapshots.lab_deliveries import write_lab_delivery
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"

@@ -1,0 +1,35 @@
+"""Every partitioning in one place: species (a registry row each) and batch days (a batch file each)."""
+
+from collections.abc import Callable
+from typing import Any
+
+import dagster as dg
+
+from surveillance_pipeline.gbif.registry import partition_keys
+
+species_partitions = dg.StaticPartitionsDefinition(partition_keys())
+
+# A day is a partition once its file is there (batches_sensor and make run add it), so that "Missing" in
+# the UI means a day whose batch has not been applied, not a day without a batch.
+batch_days = dg.DynamicPartitionsDefinition(name="batch_days")
+
+
+def species_asset(**asset_arguments: Any) -> Callable[..., dg.AssetsDefinition]:
+    """``dg.asset`` for an asset with one partition per species.
+
+    A backfill of a range is one run: per-partition runs would each cost seconds of process start.
+    """
+    return dg.asset(
+        partitions_def=species_partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        **asset_arguments,
+    )
+
+
+def add_batch_days(instance: dg.DagsterInstance, days: list[str]) -> list[str]:
+    """Add the days that are not partitions yet (in order); return every partition, in Dagster's order."""
+    known = set(batch_days.get_partition_keys(dynamic_partitions_store=instance))
+    new = sorted(set(days) - known)
+    if new:
+        instance.add_dynamic_partitions(batch_days.name or "batch_days", new)
+    return list(batch_days.get_partition_keys(dynamic_partitions_store=instance))
