@@ -154,7 +154,7 @@ def create_like_occurrences(conn: psycopg.Connection, table: str) -> None:
 def forget_occurrences(conn: psycopg.Connection) -> None:
     """The project's occurrences as on a first load: no table, no state row, no schema record."""
     conn.execute("DROP TABLE IF EXISTS occurrences CASCADE")
-    conn.execute("DELETE FROM job_state WHERE job = 'occurrences'")
+    conn.execute("DELETE FROM target_state WHERE target = 'occurrences'")
     conn.execute("DELETE FROM target_schema WHERE target = 'occurrences'")
 
 
@@ -261,7 +261,7 @@ def measure_size(url: str, work: Path, rows: int, reps: int, with_limit: bool = 
         def sha256_and_read() -> None:
             sha256_file(current)
             conn.execute(
-                "SELECT job_key FROM job_state WHERE job = %s AND partition_key = %s",
+                "SELECT job_key FROM target_state WHERE target = %s AND partition_key = %s",
                 ["occurrences", BENCH_SPECIES.slug],
             ).fetchone()
 
@@ -289,7 +289,7 @@ def measure_sample(url: str, reps: int) -> dict[str, Any]:
         occurrences = held[0] if held else 0
 
         def forget_sample() -> None:
-            conn.execute("DELETE FROM job_state WHERE job = 'occurrence_sample'")
+            conn.execute("DELETE FROM target_state WHERE target = 'occurrence_sample'")
 
         def through_project() -> None:
             outcome, _ = refresh_species_sample(conn, species=BENCH_SPECIES, cap=SAMPLE_CAP, run_id=RUN_ID)
@@ -482,7 +482,9 @@ def verify_backfill(
             conn.execute("SELECT species_id, count(*) FROM occurrences GROUP BY species_id").fetchall()
         )
         states: dict[str, int] = dict(
-            conn.execute("SELECT partition_key, rows FROM job_state WHERE job = 'occurrences'").fetchall()
+            conn.execute(
+                "SELECT partition_key, rows FROM target_state WHERE target = 'occurrences'"
+            ).fetchall()
         )
         loads = conn.execute(
             "SELECT partition_key, count(*) FROM provenance WHERE asset = 'occurrences' AND action = 'loaded'"

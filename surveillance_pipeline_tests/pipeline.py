@@ -168,9 +168,10 @@ def table_md5(conn: psycopg.Connection, species_id: int | None = None) -> str:
     return row[0]
 
 
-def state_row(conn: psycopg.Connection, job: str = "occurrences", partition: str = DEVIL):
+def state_row(conn: psycopg.Connection, target: str = "occurrences", partition: str = DEVIL):
     return conn.execute(
-        "SELECT job_key, parts, rows FROM job_state WHERE job = %s AND partition_key = %s", [job, partition]
+        "SELECT job_key, parts, rows FROM target_state WHERE target = %s AND partition_key = %s",
+        [target, partition],
     ).fetchone()
 
 

@@ -76,10 +76,11 @@ def good(database_url, tmp_path_factory):
 def fingerprint(conn: psycopg.Connection) -> tuple:
     return (
         conn.execute(OCCURRENCES_MD5, [SPECIES.species_id]).fetchone(),
-        devil.table_fingerprint(conn, devil.TABLE),
+        devil.table_fingerprint(conn, devil.DEVIL_SNAPSHOT.name),
         conn.execute(FEED_MD5).fetchone(),
         conn.execute(
-            "SELECT job, partition_key, job_key, parts::text, rows FROM job_state ORDER BY job, partition_key"
+            "SELECT target, partition_key, job_key, parts::text, rows FROM target_state"
+            " ORDER BY target, partition_key"
         ).fetchall(),
         conn.execute(
             "SELECT count(*), md5(string_agg(checksum, ',' ORDER BY checksum)) FROM batch_ledger"

@@ -4,7 +4,7 @@ import dagster as dg
 
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.occurrences.load import SCHEMA_VERSION, TRANSFORM_VERSION
+from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.run_config import run_config_for
 
 
@@ -57,7 +57,7 @@ def test_spine_assets_are_partitioned_by_species_and_pooled_per_target():
         assert assets_def.partitions_def.get_partition_keys() == partition_keys()
         assert assets_def.op.pool == name
     code_version = defs.resolve_assets_def("occurrences").code_versions_by_key[dg.AssetKey("occurrences")]
-    assert code_version == f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}"
+    assert code_version == f"transform-v{OCCURRENCES.transform_version}.schema-v{OCCURRENCES.schema_version}"
 
 
 def test_warehouse_url_is_read_from_the_environment_at_run_time():

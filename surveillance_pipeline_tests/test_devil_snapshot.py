@@ -1,5 +1,7 @@
 """The devil snapshot: the course's eight runs, the holds check, and why a checksum ledger is not enough."""
 
+from dataclasses import replace
+
 import dagster as dg
 import pytest
 
@@ -36,7 +38,7 @@ def _run(instance, database_url, data_dir, **config):
 
 
 def _fingerprint(db):
-    return devil.table_fingerprint(db, devil.TABLE)
+    return devil.table_fingerprint(db, devil.DEVIL_SNAPSHOT.name)
 
 
 def test_the_courses_eight_runs(db, database_url, data_dir, instance, monkeypatch):
@@ -59,10 +61,10 @@ def test_the_courses_eight_runs(db, database_url, data_dir, instance, monkeypatc
     assert fourth["job_key"] == first["job_key"] != third["job_key"]
     assert _fingerprint(db) == held_a
     run("5 cap 500", cap=500)
-    monkeypatch.setattr(devil, "CURRENT_TRANSFORM", 2)
+    monkeypatch.setattr(devil, "DEVIL_SNAPSHOT", replace(devil.DEVIL_SNAPSHOT, transform_version=2))
     run("6 transform 2", cap=500)
     assert db.execute("SELECT count(*) FROM devil_snapshot WHERE year IS NULL").fetchone() == (0,)
-    monkeypatch.setattr(devil, "CURRENT_SCHEMA", 2)
+    monkeypatch.setattr(devil, "DEVIL_SNAPSHOT", replace(devil.DEVIL_SNAPSHOT, schema_version=2))
     run("7 schema 2", cap=500)
     with pytest.raises(Exception, match="devil_snapshot_license_check"):
         db.execute("INSERT INTO devil_snapshot VALUES (1, 2000, 'All rights reserved', 9999)")
@@ -94,10 +96,10 @@ def test_a_checksum_ledger_applied_to_a_snapshot_ends_holding_the_wrong_one(db, 
         delivery = read_delivery(path)
 
         def replace(conn, delivery=delivery):
-            ensure_target_schema(conn, devil.snapshot_schema(1), "ledger-demo")
+            ensure_target_schema(conn, devil.snapshot_target(schema=1))
             conn.execute("DELETE FROM devil_snapshot")
             devil.stage_delivery(conn, delivery)
-            return devil.build_snapshot_rows(conn, devil.TABLE, every_license.as_config(), 1)
+            return devil.build_snapshot_rows(conn, devil.DEVIL_SNAPSHOT.name, every_license.as_config(), 1)
 
         apply_batch_once(
             db, target="devil_snapshot", partition_key="all", checksum=delivery.sha256, apply=replace
@@ -145,7 +147,7 @@ def test_a_bad_delivery_is_named_and_leaves_the_snapshot_as_it_was(
     _run(instance, database_url, data_dir)
     before = (
         _fingerprint(db),
-        db.execute("SELECT job_key FROM job_state WHERE job = 'devil_snapshot'").fetchone(),
+        db.execute("SELECT job_key FROM target_state WHERE target = 'devil_snapshot'").fetchone(),
     )
     bad = data_dir / "deliveries" / devil.DEVIL_SLUG / "2026-11-09.csv"
     bad.write_bytes(content)
@@ -154,7 +156,7 @@ def test_a_bad_delivery_is_named_and_leaves_the_snapshot_as_it_was(
     assert error.value.path == str(bad) and error.value.where == where and error.value.field == field
     after = (
         _fingerprint(db),
-        db.execute("SELECT job_key FROM job_state WHERE job = 'devil_snapshot'").fetchone(),
+        db.execute("SELECT job_key FROM target_state WHERE target = 'devil_snapshot'").fetchone(),
     )
     assert after == before
 

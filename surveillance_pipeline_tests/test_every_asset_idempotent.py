@@ -55,7 +55,7 @@ INPUT_FOLDERS = ("deliveries", "batches")
 # Columns that name the Dagster run that wrote a row (random by design): a log, not content.
 RUN_RECORD_COLUMNS = {"run_id"}
 # The refresh machinery's own tables: run ids and times by design; what they hold is checked elsewhere.
-STATE_TABLES = {"job_state", "provenance", "target_schema", "state_migrations", "spatial_ref_sys"}
+STATE_TABLES = {"target_state", "provenance", "target_schema", "state_migrations", "spatial_ref_sys"}
 
 
 def covered_assets(defs: dg.Definitions) -> tuple[dict[dg.AssetKey, Any], list[str], list[str]]:

@@ -174,7 +174,7 @@ def test_neither_the_salt_nor_any_address_text_is_stored(db, database_url, data_
     texts = set(devil_localities()) | {r["locality"].strip() for r in lab_records(DEVIL) if r.get("locality")}
     stored = "\n".join(
         row[0]
-        for table in ("geocode_calls", "geocoded_localities", "job_state", "provenance")
+        for table in ("geocode_calls", "geocoded_localities", "target_state", "provenance")
         for row in db.execute(f"SELECT t::text FROM {table} AS t").fetchall()  # noqa: S608 (fixed names)
     ).casefold()
     assert stored, "the tables hold rows"

@@ -84,7 +84,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     export_bytes = {name: (data_dir / name).read_bytes() for name in exports}
 
     states = dict(
-        db.execute("SELECT partition_key, job_key FROM job_state WHERE job = 'occurrences'").fetchall()
+        db.execute("SELECT partition_key, job_key FROM target_state WHERE target = 'occurrences'").fetchall()
     )
     assert sorted(states) == sorted(partition_keys())
     assert len(set(states.values())) == 71
@@ -125,7 +125,7 @@ def test_a_range_run_as_the_ui_launches_it_writes_one_event_per_partition(
     )
     assert result.success
     states = dict(
-        db.execute("SELECT partition_key, job_key FROM job_state WHERE job = 'occurrences'").fetchall()
+        db.execute("SELECT partition_key, job_key FROM target_state WHERE target = 'occurrences'").fetchall()
     )
     assert sorted(states) == sorted(keys) and len(set(states.values())) == 3
     for key in keys:

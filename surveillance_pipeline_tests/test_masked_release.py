@@ -139,7 +139,7 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
     manifest = json.loads((folder / MANIFEST).read_bytes())
     provenance_id, detail = _release_provenance(db, "loaded")
     occurrences_key = db.execute(
-        "SELECT job_key FROM job_state WHERE job = 'occurrences' AND partition_key = %s", [DEVIL]
+        "SELECT job_key FROM target_state WHERE target = 'occurrences' AND partition_key = %s", [DEVIL]
     ).fetchone()[0]
     expected_seed = derived_seed(logical_run_id(DEVIL, occurrences_key), STAGE)
     assert detail["seed"] == expected_seed == int(first["seed"]) == manifest["masking"]["seed"]

@@ -1,5 +1,6 @@
-"""The state tables' migrations: a warehouse made by an earlier release is brought to the current schema
-by the new code and loads into it; a migration added later reaches an existing warehouse, once."""
+"""Migrations of the project's own tables: a warehouse made by an earlier release is brought to the
+current schema by the new code, keeps every state row and ledger entry, and loads into it (or skips what
+it already holds); a migration added later reaches an existing warehouse, once."""
 
 from dataclasses import dataclass
 
@@ -32,7 +33,19 @@ CREATE TABLE target_schema (
 INSERT INTO provenance (run_id, asset, partition_key, action, reason, job_key, parts, rows)
 VALUES ('an-old-run', 'occurrences', 'sarcophilus-harrisii', 'loaded', 'first load', 'k', '{}', 1);
 """
-LAST_RELEASE = BEFORE_PROVENANCE_V2 + "ALTER TABLE provenance ADD COLUMN detail jsonb;"
+BEFORE_MIGRATIONS = (
+    BEFORE_PROVENANCE_V2
+    + """
+ALTER TABLE provenance ADD COLUMN detail jsonb;
+CREATE TABLE batch_ledger (
+    checksum text PRIMARY KEY, target text NOT NULL, partition_key text NOT NULL, rows bigint NOT NULL,
+    status text NOT NULL CHECK (status IN ('applied')), applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO batch_ledger (checksum, target, partition_key, rows, status)
+VALUES ('c0ffee', 'occurrence_feed', '2026-11-02', 3, 'applied');
+"""
+)
+ALL_VERSIONS = [migration.version for migration in MIGRATIONS]
 
 
 def _columns(db, table):
@@ -57,32 +70,76 @@ def test_a_warehouse_from_before_provenance_v2_is_migrated_and_loads(db, databas
         )
     assert result.success
     assert "detail" in _columns(db, "provenance")
-    assert [row[0] for row in db.execute("SELECT version FROM state_migrations ORDER BY version")] == [1, 2]
+    assert [
+        row[0] for row in db.execute("SELECT version FROM state_migrations ORDER BY version")
+    ] == ALL_VERSIONS
     rows = db.execute("SELECT run_id, detail IS NOT NULL FROM provenance ORDER BY id").fetchall()
     # The old row is kept; gbif_derived's new row carries its derive record in `detail`.
     assert rows[0] == ("an-old-run", False) and any(has_detail for _, has_detail in rows[1:])
 
 
-def test_the_last_release_records_its_migrations_without_changing_a_row(db):
-    db.execute(LAST_RELEASE)
+def test_a_release_from_before_migrations_records_them_without_losing_a_row(db):
+    db.execute(BEFORE_MIGRATIONS)
     before = db.execute("SELECT * FROM provenance").fetchall()
-    assert migrate(db) == [1, 2]
+    ledger = db.execute("SELECT * FROM batch_ledger").fetchall()
+    assert migrate(db) == ALL_VERSIONS
     assert db.execute("SELECT * FROM provenance").fetchall() == before
+    assert db.execute("SELECT * FROM batch_ledger").fetchall() == ledger
     assert migrate(db) == [] and applied_version(db) == MIGRATIONS[-1].version
+
+
+def _as_the_last_release_left_it(db):
+    """Undo migrations 3-6 as the last release had them: job_state(job, ...), the ledgers made by their
+    domains (kept, as they were), and state_migrations at version 2."""
+    db.execute("DROP VIEW job_state")
+    db.execute("ALTER TABLE target_state RENAME TO job_state")
+    db.execute("ALTER TABLE job_state RENAME COLUMN target TO job")
+    db.execute("ALTER INDEX target_state_pkey RENAME TO job_state_pkey")
+    db.execute("DELETE FROM state_migrations WHERE version > 2")
+
+
+@pytest.mark.dagster
+def test_a_warehouse_from_the_last_release_keeps_its_snapshots_across_the_upgrade(db, database_url, data_dir):
+    def run():
+        with dg.instance_for_test() as instance:
+            result = dg.materialize(
+                SPINE,
+                instance=instance,
+                partition_key="sarcophilus-harrisii",
+                resources=resources(database_url, data_dir),
+            )
+        assert result.success
+        return db.execute(
+            "SELECT asset, action FROM provenance WHERE run_id = %s ORDER BY asset", [result.run_id]
+        ).fetchall()
+
+    assert {action for _, action in run()} == {"loaded"}
+    state = db.execute("SELECT * FROM target_state ORDER BY target, partition_key").fetchall()
+    _as_the_last_release_left_it(db)
+    assert "job" in _columns(db, "job_state") and applied_version(db) == 2
+
+    assert migrate(db) == ALL_VERSIONS[2:]
+    assert db.execute("SELECT * FROM target_state ORDER BY target, partition_key").fetchall() == state
+    # The old name still reads, with its old column.
+    assert db.execute(
+        "SELECT job, partition_key, job_key FROM job_state ORDER BY job, partition_key"
+    ).fetchall() == [row[:3] for row in state]
+    # What the warehouse held before the upgrade, it still holds: nothing reloads.
+    assert run() == [("gbif_derived", "skipped"), ("gbif_raw", "skipped"), ("occurrences", "skipped")]
 
 
 @dataclass(frozen=True)
 class AddsAColumn(Migration):
-    """A migration added after this release: a column on job_state."""
+    """A migration added after this release: a column on target_state."""
 
     def statement(self) -> sql.SQL:
-        return sql.SQL("ALTER TABLE job_state ADD COLUMN note text")
+        return sql.SQL("ALTER TABLE target_state ADD COLUMN note text")
 
 
 def test_a_migration_added_later_reaches_an_existing_warehouse_once(db):
     migrate(db)
-    later = (*MIGRATIONS, AddsAColumn(MIGRATIONS[-1].version + 1, "add_job_state_note"))
+    later = (*MIGRATIONS, AddsAColumn(MIGRATIONS[-1].version + 1, "add_target_state_note"))
     assert migrate(db, later) == [later[-1].version]
-    assert "note" in _columns(db, "job_state")
+    assert "note" in _columns(db, "target_state")
     # Applied once: a second time would fail (the column exists), and is not attempted.
     assert migrate(db, later) == []

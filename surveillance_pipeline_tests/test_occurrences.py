@@ -1,13 +1,14 @@
 """The spine against real PostGIS through a real Dagster instance: load, skip, reload, refuse."""
 
 import json
+from dataclasses import replace
 
 import dagster as dg
 import psycopg
 import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.refresh import TargetSchema, ensure_state_tables, ensure_target_schema
+from surveillance_pipeline.core.refresh import ensure_state_tables, ensure_target_schema
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
@@ -207,16 +208,18 @@ def test_a_transform_bump_reloads_and_a_schema_bump_rebuilds_the_table(
 ):
     for slug in (DEVIL, "thylacinus-cynocephalus"):
         materialize(instance, database_url, data_dir, slug)
-    monkeypatch.setattr(load, "TRANSFORM_VERSION", 2)
+    monkeypatch.setattr(load, "OCCURRENCES", replace(load.OCCURRENCES, transform_version=2))
     bumped = materialize(instance, database_url, data_dir, assets=[occurrences])
     meta = metadata(bumped, "occurrences")
     assert (meta["action"], meta["reason"], meta["rows"]) == ("loaded", "transform changed", 2000)
 
-    monkeypatch.setattr(load, "SCHEMA_VERSION", load.SCHEMA_VERSION + 1)
+    monkeypatch.setattr(
+        load, "OCCURRENCES", replace(load.OCCURRENCES, schema_version=load.OCCURRENCES.schema_version + 1)
+    )
     rebuilt = materialize(instance, database_url, data_dir, assets=[occurrences])
     assert metadata(rebuilt, "occurrences")["reason"] == "schema changed"
     assert db.execute("SELECT version FROM target_schema WHERE target = 'occurrences'").fetchone() == (
-        load.SCHEMA_VERSION,
+        load.OCCURRENCES.schema_version,
     )
     # The rebuilt table holds only what was loaded into it; the other species has no state row left.
     assert db.execute("SELECT count(DISTINCT species_id) FROM occurrences").fetchone() == (1,)
@@ -266,7 +269,7 @@ def test_loads_of_two_species_run_side_by_side_and_a_rebuild_waits_for_both(db, 
     ):
         other.execute("SET lock_timeout = '3s'")
         with in_flight.transaction():
-            assert ensure_target_schema(in_flight, load.occurrences_schema(), load.JOB) is False
+            assert ensure_target_schema(in_flight, load.OCCURRENCES) is False
             outcome = load.load_occurrences(
                 other,
                 species=thylacine,
@@ -275,9 +278,9 @@ def test_loads_of_two_species_run_side_by_side_and_a_rebuild_waits_for_both(db, 
                 run_id="r1",
             )
             assert (outcome.action, outcome.rows) == ("loaded", 2)
-            bumped = TargetSchema(load.TABLE, load.SCHEMA_VERSION + 1, load.occurrences_schema().create)
+            bumped = replace(load.OCCURRENCES, schema_version=load.OCCURRENCES.schema_version + 1)
             with pytest.raises(psycopg.errors.LockNotAvailable), other.transaction():
-                ensure_target_schema(other, bumped, load.JOB)
+                ensure_target_schema(other, bumped)
     counts = dict(db.execute("SELECT species_id, count(*) FROM occurrences GROUP BY 1").fetchall())
     assert counts == {devil.species_id: 2, thylacine.species_id: 2}
 

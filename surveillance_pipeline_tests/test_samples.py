@@ -111,7 +111,7 @@ def test_records_read_in_reverse_order_change_no_membership(db, database_url, da
         db.execute("CREATE TEMPORARY TABLE stash ON COMMIT DROP AS SELECT * FROM occurrences")
         db.execute("DELETE FROM occurrences")
         db.execute("INSERT INTO occurrences SELECT * FROM stash ORDER BY id DESC")
-        db.execute("DELETE FROM job_state WHERE job = 'occurrence_sample'")
+        db.execute("DELETE FROM target_state WHERE target = 'occurrence_sample'")
     recomputed = materialize(instance, database_url, data_dir, assets=[occurrence_sample])
     meta = metadata(recomputed, "occurrence_sample")
     assert meta["action"] == "loaded"

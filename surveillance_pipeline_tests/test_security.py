@@ -215,7 +215,9 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
     ]
     # The scan has teeth: it sees the metadata it should (a job key) and a planted secret in a table.
     with psycopg.connect(database_url, autocommit=True) as db:
-        job_key = db.execute("SELECT job_key FROM job_state WHERE job = 'occurrences' LIMIT 1").fetchone()[0]
+        job_key = db.execute(
+            "SELECT job_key FROM target_state WHERE target = 'occurrences' LIMIT 1"
+        ).fetchone()[0]
         assert any(job_key in event for event in events)
         db.execute("CREATE TABLE security_canary (note text)")
         db.execute("INSERT INTO security_canary VALUES (%s)", [f"planted {LEDGER_SALT}"])

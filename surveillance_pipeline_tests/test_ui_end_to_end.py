@@ -156,9 +156,9 @@ def _wait_tagged_run(server, key, value, timeout=120):
     raise TimeoutError(f"no finished run tagged {key}={value} in {timeout} s")
 
 
-def _holds(warehouse, job="devil_snapshot"):
+def _holds(warehouse, target="devil_snapshot"):
     with psycopg.connect(warehouse) as conn:
-        row = conn.execute("SELECT job_key, parts FROM job_state WHERE job = %s", [job]).fetchone()
+        row = conn.execute("SELECT job_key, parts FROM target_state WHERE target = %s", [target]).fetchone()
     return row
 
 

@@ -1,4 +1,5 @@
-"""Versioned migrations of the state tables every target shares (job_state, provenance, target_schema).
+"""Versioned migrations of the project's own tables: the state every target shares (target_state,
+provenance, target_schema) and the ledgers (batch_ledger, external_calls, geocode_calls).
 
 An ordered list, each applied once and recorded in ``state_migrations``, under the state lock, in one
 transaction: a warehouse made by any earlier release is brought to the current schema by the first
@@ -7,8 +8,9 @@ tables were created when missing and never changed after: a column added in plac
 database.) Every migration's SQL is idempotent, so a warehouse made before migrations were recorded takes
 the ones it already has as no-ops. Append new migrations; never edit or renumber a released one.
 
-The target tables themselves are rebuilt by their own DDL version (``refresh.ensure_target_schema``); the
-domains' ledgers (batch_ledger, external_calls, geocode_calls) are created by their domains.
+The target tables themselves are rebuilt by their own DDL version (``refresh.ensure_target_schema``): they
+hold only what a reload can make again, while these tables hold what nothing can (which batches and calls
+were made), so they are migrated, never dropped.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create_state_tables"),
     Migration(2, "add_provenance_detail"),
+    Migration(3, "rename_job_state_to_target_state"),
+    Migration(4, "create_batch_ledger"),
+    Migration(5, "create_external_calls"),
+    Migration(6, "create_geocode_calls"),
 )
 
 

@@ -1,6 +1,6 @@
 """The refresh transaction: the target holds snapshot X, and its state row says so.
 
-One transaction per (job, partition): a transaction-scoped advisory lock, the state row read FOR UPDATE,
+One transaction per (target, partition): a transaction-scoped advisory lock, the state row read FOR UPDATE,
 then either a skip (equal key) or a full replace of the partition's rows plus the new state row. The state
 row therefore changes only with the rows it describes; a crash anywhere before COMMIT leaves both as
 they were.
@@ -21,6 +21,7 @@ from surveillance_pipeline.core.fault_points import BEFORE_COMMIT, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
 from surveillance_pipeline.core.migrations import migrate
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 
 CORE = "surveillance_pipeline.core"
 
@@ -29,21 +30,6 @@ SKIPPED = "skipped"
 NOTHING_CHANGED = "nothing changed"
 # The partition key recorded for targets that are not partitioned.
 WHOLE_TARGET = "all"
-
-
-@dataclass(frozen=True)
-class TargetSchema:
-    """A table whose DDL is versioned: a new version drops and rebuilds it, in the load's transaction."""
-
-    table: str
-    version: int
-    # Builds the CREATE statements for this version; receives the table identifier.
-    create: Callable[[sql.Identifier], sql.Composed]
-
-    @classmethod
-    def from_sql_file(cls, package: str, name: str, table: str, version: int) -> TargetSchema:
-        """A table built by ``<package>/sql/<name>.sql``, whose ``{table}`` is the quoted table name."""
-        return cls(table, version, lambda identifier: load_sql(package, name).format(table=identifier))
 
 
 @dataclass(frozen=True)
@@ -57,15 +43,15 @@ class RefreshOutcome:
 
 
 def ensure_state_tables(conn: psycopg.Connection) -> None:
-    """Bring job_state, provenance and target_schema to the current schema (core/migrations.py)."""
+    """Bring the project's own tables (state, provenance, ledgers) to the current schema (migrations.py)."""
     migrate(conn)
 
 
-def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: str) -> bool:
-    """Build the target table at its current DDL version; True when it was (re)built.
+def ensure_target_schema(conn: psycopg.Connection, target: Target) -> bool:
+    """Build the target's table at its current schema version; True when it was (re)built.
 
     Must run inside the caller's transaction so a rebuild commits with the first load into it. A
-    rebuilt table is empty, so the job's state rows are deleted with it: no state row may describe
+    rebuilt table is empty, so the target's state rows are deleted with it: no state row may describe
     rows that are gone.
 
     Loads of different partitions of one table hold the schema lock shared, so they run side by side;
@@ -73,7 +59,7 @@ def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: st
     version is re-read under the shared lock, because a rebuild may commit between the first read and
     the lock.
     """
-    lock = advisory_lock_id("schema", target.table)
+    lock = advisory_lock_id("schema", target.name)
     if _schema_is_current(conn, target):
         conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [lock])
         if _schema_is_current(conn, target):
@@ -81,22 +67,22 @@ def ensure_target_schema(conn: psycopg.Connection, target: TargetSchema, job: st
     conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
     if _schema_is_current(conn, target):
         return False
-    table = sql.Identifier(target.table)
+    table = sql.Identifier(target.name)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(table))
-    conn.execute(target.create(table))
-    conn.execute("DELETE FROM job_state WHERE job = %s", [job])
+    conn.execute(target.create_statement(table))
+    conn.execute("DELETE FROM target_state WHERE target = %s", [target.name])
     conn.execute(
         "INSERT INTO target_schema (target, version) VALUES (%s, %s) "
         "ON CONFLICT (target) DO UPDATE SET version = EXCLUDED.version, built_at = now()",
-        [target.table, target.version],
+        [target.name, target.schema_version],
     )
     return True
 
 
-def _schema_is_current(conn: psycopg.Connection, target: TargetSchema) -> bool:
+def _schema_is_current(conn: psycopg.Connection, target: Target) -> bool:
     row = conn.execute(
         "SELECT version = %s AND to_regclass(%s) IS NOT NULL FROM target_schema WHERE target = %s",
-        [target.version, target.table, target.table],
+        [target.schema_version, target.name, target.name],
     ).fetchone()
     return bool(row and row[0])
 
@@ -104,12 +90,11 @@ def _schema_is_current(conn: psycopg.Connection, target: TargetSchema) -> bool:
 def refresh_partition(
     conn: psycopg.Connection,
     *,
-    job: str,
+    target: Target,
     partition_key: str,
     parts: JobKeyParts | Callable[[psycopg.Connection], JobKeyParts],
     replace_rows: Callable[[psycopg.Connection], int],
     run_id: str,
-    target: TargetSchema | None = None,
 ) -> RefreshOutcome:
     """Make the target hold the snapshot named by ``parts``, or skip if it already does.
 
@@ -119,14 +104,14 @@ def refresh_partition(
     key differs, and whatever it raises rolls the whole transaction back.
     """
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(job, partition_key)])
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(target.name, partition_key)])
         if callable(parts):
             parts = parts(conn)
         job_key = parts.key
-        if target is not None:
-            ensure_target_schema(conn, target, job)
+        ensure_target_schema(conn, target)
         state = conn.execute(
-            load_sql(CORE, "select_job_state_for_update"), {"job": job, "partition_key": partition_key}
+            load_sql(CORE, "select_target_state_for_update"),
+            {"target": target.name, "partition_key": partition_key},
         ).fetchone()
         previous_key, previous_parts, previous_rows = state if state else (None, None, 0)
 
@@ -137,13 +122,13 @@ def refresh_partition(
         else:
             if previous_parts is None:
                 # No state row: a first load, or a table rebuilt for a new schema. History tells which.
-                previous_parts = last_loaded_parts(conn, job, partition_key)
+                previous_parts = last_loaded_parts(conn, target.name, partition_key)
             reason = describe_change(previous_parts, parts)
             rows = replace_rows(conn)
             conn.execute(
-                load_sql(CORE, "upsert_job_state"),
+                load_sql(CORE, "upsert_target_state"),
                 {
-                    "job": job,
+                    "target": target.name,
                     "partition_key": partition_key,
                     "job_key": job_key,
                     "parts": Jsonb(parts.as_dict()),
@@ -151,25 +136,27 @@ def refresh_partition(
                 },
             )
             outcome = RefreshOutcome(LOADED, reason, job_key, parts.as_dict(), rows, previous_key)
-        record_provenance(conn, run_id=run_id, asset=job, partition_key=partition_key, outcome=outcome)
+        record_provenance(
+            conn, run_id=run_id, asset=target.name, partition_key=partition_key, outcome=outcome
+        )
         if outcome.action == LOADED:
             fault_point(BEFORE_COMMIT, conn)
     return outcome
 
 
-def held_job_key(conn: psycopg.Connection, job: str, partition_key: str) -> str | None:
+def held_job_key(conn: psycopg.Connection, target: str, partition_key: str) -> str | None:
     """The key a target holds now, by its state row (no lock: for a sensor's guess, not for a load)."""
-    present = conn.execute("SELECT to_regclass('job_state') IS NOT NULL").fetchone()
+    present = conn.execute("SELECT to_regclass('target_state') IS NOT NULL").fetchone()
     if not present or not present[0]:
         return None
     row = conn.execute(
-        "SELECT job_key FROM job_state WHERE job = %s AND partition_key = %s", [job, partition_key]
+        "SELECT job_key FROM target_state WHERE target = %s AND partition_key = %s", [target, partition_key]
     ).fetchone()
     return row[0] if row else None
 
 
-def last_loaded_parts(conn: psycopg.Connection, job: str, partition_key: str) -> dict[str, Any] | None:
-    row = conn.execute(load_sql(CORE, "select_last_loaded_parts"), [job, partition_key]).fetchone()
+def last_loaded_parts(conn: psycopg.Connection, target: str, partition_key: str) -> dict[str, Any] | None:
+    row = conn.execute(load_sql(CORE, "select_last_loaded_parts"), [target, partition_key]).fetchone()
     return row[0] if row else None
 
 
@@ -202,13 +189,15 @@ def record_provenance(
     return int(row[0])
 
 
-def upstream_job_key(conn: psycopg.Connection, job: str, partition_key: str) -> str:
+def upstream_job_key(conn: psycopg.Connection, target: str, partition_key: str) -> str:
     """The key an upstream target holds, share-locked so it cannot reload under the reader's transaction."""
     row = conn.execute(
-        load_sql(CORE, "select_job_key_for_share"), {"job": job, "partition_key": partition_key}
+        load_sql(CORE, "select_target_key_for_share"), {"target": target, "partition_key": partition_key}
     ).fetchone()
     if row is None:
-        raise StaleInputError(f"{job} holds nothing for partition {partition_key!r}: materialize {job} first")
+        raise StaleInputError(
+            f"{target} holds nothing for partition {partition_key!r}: materialize {target} first"
+        )
     return row[0]
 
 

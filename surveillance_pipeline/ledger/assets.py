@@ -4,9 +4,7 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline.core.keys import JobKeyParts
-from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
-from surveillance_pipeline.ledger.feed import SCHEMA_VERSION, TARGET, apply_batch, batch_path, read_batch
+from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED, apply_day, batch_path
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.partitions import batch_days
 from surveillance_pipeline.reporting import (
@@ -17,16 +15,16 @@ from surveillance_pipeline.reporting import (
 )
 from surveillance_pipeline.resources import DataPaths, Warehouse
 
-NO_BATCH = "none"
-
 
 @dg.asset(
     metadata=outputs_metadata(tables=["occurrence_feed", "batch_ledger"]),
     partitions_def=batch_days,
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="ledger",
-    code_version=f"feed-schema-v{SCHEMA_VERSION}",
-    pool=TARGET,
+    # Not OCCURRENCE_FEED.code_version: the feed's rows are upserted, not rebuilt from a recipe, and this
+    # name predates Target (changing it would mark every applied day stale once).
+    code_version=f"feed-schema-v{OCCURRENCE_FEED.schema_version}",
+    pool=OCCURRENCE_FEED.name,
     description="data/batches/<day>.csv upserted by gbifID into occurrence_feed; the batch_ledger (keyed by "
     "the file's sha256) skips a batch already applied. Data version = the batch's sha256.",
 )
@@ -35,30 +33,11 @@ def occurrence_batches(
 ) -> PartitionEvents:
     with warehouse.connect() as conn:
 
-        def apply_day(day: str) -> PartitionReport:
-            path = batch_path(paths.batches(), day)
-            details: dict[str, Any] = {"file": dg.MetadataValue.path(str(path))}
-            if not path.exists():
-                version = NO_BATCH
-                parts = JobKeyParts(input=NO_BATCH, transform=1, config={}, schema=SCHEMA_VERSION)
-                outcome = RefreshOutcome(SKIPPED, f"no batch file for {day}", parts.key, parts.as_dict(), 0)
-            else:
-                batch = read_batch(path)
-                applied = apply_batch(conn, batch)
-                version = batch.checksum
-                parts = JobKeyParts(input=batch.checksum, transform=1, config={}, schema=SCHEMA_VERSION)
-                action, reason = (
-                    (LOADED, "new batch") if applied.applied else (SKIPPED, "batch already applied")
-                )
-                outcome = RefreshOutcome(action, reason, parts.key, parts.as_dict(), applied.rows)
-                details.update(batch_rows=batch.rows, applied_at=applied.applied_at)
-            record_provenance(
-                conn,
-                run_id=context.run.run_id,
-                asset="occurrence_batches",
-                partition_key=day,
-                outcome=outcome,
-            )
-            return outcome_report(outcome, version, **details)
+        def report_day(day: str) -> PartitionReport:
+            applied = apply_day(conn, paths.batches(), day, context.run.run_id)
+            details: dict[str, Any] = {"file": dg.MetadataValue.path(str(batch_path(paths.batches(), day)))}
+            if applied.batch is not None:
+                details.update(batch_rows=applied.batch.rows, applied_at=applied.applied_at)
+            return outcome_report(applied.outcome, applied.version, **details)
 
-        yield from report_partitions(context, apply_day)
+        yield from report_partitions(context, report_day)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psycopg
 
 from surveillance_pipeline.core.keys import advisory_lock_id
-from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.refresh import ensure_state_tables
 
 PACKAGE = "surveillance_pipeline.ledger"
 
@@ -24,12 +24,6 @@ class BatchOutcome:
     checksum: str
     rows: int
     applied_at: str
-
-
-def ensure_ledger(conn: psycopg.Connection) -> None:
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("batch-ledger")])
-        conn.execute(load_sql(PACKAGE, "create_batch_ledger"))
 
 
 def applied_checksums(conn: psycopg.Connection, target: str) -> set[str]:
@@ -50,7 +44,8 @@ def apply_batch_once(
     apply: Callable[[psycopg.Connection], int],
 ) -> BatchOutcome:
     """Run ``apply`` unless the ledger has ``checksum``; record it in the same transaction."""
-    ensure_ledger(conn)
+    # The ledger is one of the project's own tables: core/migrations.py creates and evolves it.
+    ensure_state_tables(conn)
     with conn.transaction():
         # Two runs with the same batch serialize here; the second then finds the ledger row.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("batch", checksum)])

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from surveillance_pipeline.core.keys import advisory_lock_id
+from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.core.sql_files import load_sql
 
 PACKAGE = "surveillance_pipeline.ledger"
@@ -40,8 +41,8 @@ def call_once(
     call: Callable[[], dict[str, Any]],
 ) -> CallOutcome:
     """Make ``call`` at most once per ``key``; ``reconcile`` runs before any call and after a lost answer."""
-    with conn.transaction():
-        conn.execute(load_sql(PACKAGE, "create_external_calls"))
+    # The ledger is one of the project's own tables: core/migrations.py creates and evolves it.
+    ensure_state_tables(conn)
     lock = advisory_lock_id("external-call", key)
     conn.execute("SELECT pg_advisory_lock(%s)", [lock])
     try:

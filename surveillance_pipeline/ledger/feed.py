@@ -16,22 +16,27 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, text_lines
 from surveillance_pipeline.core.keys import sha256_hex
-from surveillance_pipeline.core.refresh import TargetSchema, ensure_target_schema
+from surveillance_pipeline.core.refresh import (
+    LOADED,
+    SKIPPED,
+    RefreshOutcome,
+    ensure_target_schema,
+    record_provenance,
+)
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.gbif.rules import decimal_text_problem, gbif_id_text_problem, year_text_problem
 from surveillance_pipeline.ledger.batches import BatchOutcome, apply_batch_once
 
 PACKAGE = "surveillance_pipeline.ledger"
-TARGET = "occurrence_feed"
-SCHEMA_VERSION = 1
+OCCURRENCE_FEED = Target("occurrence_feed", PACKAGE, "create_occurrence_feed")
+# The asset that applies batches, as its provenance rows name it.
+ASSET = "occurrence_batches"
+# The data version of a day without a batch file.
+NO_BATCH = "none"
 BATCH_HEADER = "id,species,year,longitude,latitude,license"
-
-
-def feed_schema() -> TargetSchema:
-    """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
-    return TargetSchema.from_sql_file(PACKAGE, "create_occurrence_feed", TARGET, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
@@ -104,15 +109,49 @@ def apply_batch(conn: psycopg.Connection, batch: Batch) -> BatchOutcome:
     """Apply ``batch`` to occurrence_feed unless the ledger has its checksum; one transaction for both."""
 
     def upsert(connection: psycopg.Connection) -> int:
-        if ensure_target_schema(connection, feed_schema(), TARGET):
+        if ensure_target_schema(connection, OCCURRENCE_FEED):
             # A rebuilt feed is empty: the ledger must forget what it had applied to the old one.
-            connection.execute("DELETE FROM batch_ledger WHERE target = %s", [TARGET])
+            connection.execute("DELETE FROM batch_ledger WHERE target = %s", [OCCURRENCE_FEED.name])
         connection.execute(load_sql(PACKAGE, "create_incoming_batch"))
         with connection.cursor().copy("COPY incoming_batch FROM STDIN (FORMAT csv, HEADER true)") as copy:
             copy.write(batch.data)
-        statement = load_sql(PACKAGE, "upsert_batch").format(occurrence_feed=sql.Identifier(TARGET))
+        statement = load_sql(PACKAGE, "upsert_batch").format(
+            occurrence_feed=sql.Identifier(OCCURRENCE_FEED.name)
+        )
         return connection.execute(statement, {"batch_date": batch.day}).rowcount
 
     return apply_batch_once(
-        conn, target=TARGET, partition_key=batch.day.isoformat(), checksum=batch.checksum, apply=upsert
+        conn,
+        target=OCCURRENCE_FEED.name,
+        partition_key=batch.day.isoformat(),
+        checksum=batch.checksum,
+        apply=upsert,
     )
+
+
+@dataclass(frozen=True)
+class DayOutcome:
+    """What applying one day did, its data version (the batch's sha256, or NO_BATCH) and its batch."""
+
+    outcome: RefreshOutcome
+    version: str
+    batch: Batch | None = None
+    applied_at: str | None = None
+
+
+def apply_day(conn: psycopg.Connection, folder: Path, day: str, run_id: str) -> DayOutcome:
+    """Apply ``day``'s batch file, if there is one, once; record provenance either way."""
+    path = batch_path(folder, day)
+    if not path.exists():
+        parts = OCCURRENCE_FEED.key_parts(NO_BATCH, {})
+        outcome = RefreshOutcome(SKIPPED, f"no batch file for {day}", parts.key, parts.as_dict(), 0)
+        day_outcome = DayOutcome(outcome, NO_BATCH)
+    else:
+        batch = read_batch(path)
+        applied = apply_batch(conn, batch)
+        parts = OCCURRENCE_FEED.key_parts(batch.checksum, {})
+        action, reason = (LOADED, "new batch") if applied.applied else (SKIPPED, "batch already applied")
+        outcome = RefreshOutcome(action, reason, parts.key, parts.as_dict(), applied.rows)
+        day_outcome = DayOutcome(outcome, batch.checksum, batch, applied.applied_at)
+    record_provenance(conn, run_id=run_id, asset=ASSET, partition_key=day, outcome=outcome)
+    return day_outcome

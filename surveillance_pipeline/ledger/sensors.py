@@ -13,7 +13,7 @@ import dagster as dg
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.batches import applied_checksums
-from surveillance_pipeline.ledger.feed import TARGET
+from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
 from surveillance_pipeline.partitions import batch_days
 from surveillance_pipeline.resources import DataPaths, Warehouse
 
@@ -30,7 +30,7 @@ def batches_sensor(
 ) -> dg.SensorResult:
     requests, notes, new_days = [], [], []
     with warehouse.connect() as conn:
-        applied = applied_checksums(conn, TARGET)
+        applied = applied_checksums(conn, OCCURRENCE_FEED.name)
     known_days = set(batch_days.get_partition_keys(dynamic_partitions_store=context.instance))
     for path in sorted(paths.batches().glob("*.csv")):
         day = path.stem

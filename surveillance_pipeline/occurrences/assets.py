@@ -32,8 +32,7 @@ from surveillance_pipeline.occurrences.derive import (
     memo_holds,
 )
 from surveillance_pipeline.occurrences.load import (
-    SCHEMA_VERSION,
-    TRANSFORM_VERSION,
+    OCCURRENCES,
     OccurrenceRules,
     load_occurrences,
     verified_derived_file,
@@ -200,7 +199,7 @@ def gbif_derived(
     metadata=outputs_metadata(tables=["species", "occurrences"], folders=["figures/occurrences"]),
     group_name="occurrences",
     deps=[gbif_derived],
-    code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
+    code_version=OCCURRENCES.code_version,
     pool="occurrences",
     description="PostGIS tables species and occurrences, one species partition per transaction under its "
     "job key (data version = job key).",

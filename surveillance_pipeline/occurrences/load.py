@@ -18,31 +18,21 @@ from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, faul
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,
-    TargetSchema,
     last_recorded_output,
     refresh_partition,
 )
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_to_file, memo_holds
 
 PACKAGE = "surveillance_pipeline.occurrences"
-JOB = "occurrences"
-TABLE = "occurrences"
-# Bump when the rows a given derived file produces change (the SQL that shapes them).
-TRANSFORM_VERSION = 1
-# Bump with a new create_occurrences DDL; the table is then rebuilt.
-# 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
-SCHEMA_VERSION = 2
+# Schema 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
+OCCURRENCES = Target("occurrences", PACKAGE, "create_occurrences", transform_version=1, schema_version=2)
 COPY_BLOCK = 1 << 20
 # The asset whose provenance records each derive (what verified_derived_file trusts instead of deriving).
 DERIVED_ASSET = "gbif_derived"
-
-
-def occurrences_schema() -> TargetSchema:
-    """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
-    return TargetSchema.from_sql_file(PACKAGE, "create_occurrences", TABLE, SCHEMA_VERSION)
 
 
 def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
@@ -52,9 +42,9 @@ def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
     it) never collide with the indexes of the partition it replaces. ``species_id`` is an int composed
     as a literal because DDL (the CHECK, the partition bound) takes no bound parameters.
     """
-    partition = f"{TABLE}_{species_id}"
+    partition = f"{OCCURRENCES.name}_{species_id}"
     return {
-        "occurrences": sql.Identifier(TABLE),
+        "occurrences": sql.Identifier(OCCURRENCES.name),
         "partition": sql.Identifier(partition),
         "fresh": sql.Identifier(f"{partition}_{job_key[:16]}"),
         "species_id": sql.Literal(int(species_id)),
@@ -121,12 +111,9 @@ def _first_difference(a: Path, b: Path) -> str:
 
 
 def occurrence_job_parts(derived: bytes | Path, rules: OccurrenceRules) -> JobKeyParts:
-    return JobKeyParts(
-        input=sha256_file_once(derived) if isinstance(derived, Path) else sha256_hex(derived),
-        transform=TRANSFORM_VERSION,
-        config=rules.as_config(),
-        schema=SCHEMA_VERSION,
-    )
+    # OCCURRENCES is read at call time, so a version bump (or a test's) takes effect at once.
+    checksum = sha256_file_once(derived) if isinstance(derived, Path) else sha256_hex(derived)
+    return OCCURRENCES.key_parts(checksum, rules.as_config())
 
 
 def _blocks(derived: bytes | Path) -> Iterator[bytes]:
@@ -198,10 +185,9 @@ def load_occurrences(
 
     return refresh_partition(
         conn,
-        job=JOB,
+        target=OCCURRENCES,
         partition_key=species.slug,
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
-        target=occurrences_schema(),
     )

@@ -20,7 +20,7 @@ from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
     metadata=outputs_metadata(tables=["geocoded_localities", "geocode_calls"]),
     group_name="places",
     deps=[gbif_raw],
-    code_version=f"transform-v{geocoded.TRANSFORM_VERSION}.schema-v{geocoded.SCHEMA_VERSION}",
+    code_version=geocoded.GEOCODED_LOCALITIES.code_version,
     pool="geocoded_localities",
     description="Records with a locality text but no coordinates, geocoded through the call ledger "
     "(table geocode_calls: HMAC keys and points, never the text; each call committed on its own). "
@@ -76,7 +76,7 @@ REGION_COUNTS_SCHEMA = dg.TableSchema(
     metadata=outputs_metadata(tables=["region_assignment", "regions"]),
     group_name="places",
     deps=[occurrences, geocoded_localities],
-    code_version=f"transform-v{regions.TRANSFORM_VERSION}.schema-v{regions.SCHEMA_VERSION}",
+    code_version=regions.REGION_ASSIGNMENT.code_version,
     pool="region_assignment",
     description="Each occurrence with a point (its own or its geocoded one) gets a region: the covering "
     "region with the lowest id, else the nearest by spheroid distance then region id. The layer is loaded "

@@ -17,8 +17,9 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
-from surveillance_pipeline.core.refresh import RefreshOutcome, TargetSchema, refresh_partition
+from surveillance_pipeline.core.refresh import RefreshOutcome, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_snapshot
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_record_lines, record_from_fields
 from surveillance_pipeline.gbif.registry import Species
@@ -27,14 +28,7 @@ from surveillance_pipeline.occurrences.derive import check_request
 from surveillance_pipeline.places.ledger import GeocodeRun, answers_for, entries_checksum, geocode_missing
 
 PACKAGE = "surveillance_pipeline.places"
-JOB = "geocoded_localities"
-TABLE = "geocoded_localities"
-TRANSFORM_VERSION = 1
-SCHEMA_VERSION = 1
-
-
-def geocoded_schema() -> TargetSchema:
-    return TargetSchema.from_sql_file(PACKAGE, "create_geocoded_localities", TABLE, SCHEMA_VERSION)
+GEOCODED_LOCALITIES = Target("geocoded_localities", PACKAGE, "create_geocoded_localities")
 
 
 @dataclass(frozen=True)
@@ -108,19 +102,12 @@ def refresh_geocoded_localities(
             raise StaleInputError(f"{len(missing)} localities of {species.slug} have no geocoder answer yet")
         used.update({key: entry.as_list() for key, entry in entries.items()})
         records_sha256 = sha256_hex(canonical_json([list(pair) for pair in keyed]).encode("utf-8"))
-        return JobKeyParts(
-            input=sha256_hex(
-                canonical_json(
-                    {"records": records_sha256, "ledger": entries_checksum(geocoder.service, entries)}
-                ).encode("utf-8")
-            ),
-            transform=TRANSFORM_VERSION,
-            config={"geocoder": geocoder.service},
-            schema=SCHEMA_VERSION,
-        )
+        ledger = entries_checksum(geocoder.service, entries)
+        checksum = sha256_hex(canonical_json({"records": records_sha256, "ledger": ledger}).encode("utf-8"))
+        return GEOCODED_LOCALITIES.key_parts(checksum, {"geocoder": geocoder.service})
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(TABLE)
+        table = sql.Identifier(GEOCODED_LOCALITIES.name)
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
@@ -138,12 +125,11 @@ def refresh_geocoded_localities(
 
     outcome = refresh_partition(
         conn,
-        job=JOB,
+        target=GEOCODED_LOCALITIES,
         partition_key=species.slug,
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
-        target=geocoded_schema(),
     )
     found = sum(1 for _, key in keyed if used.get(key, [None, None])[1] == "found")
     return GeocodedOutcome(outcome, run, len(keyed), found)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
+from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.geocoding.service import Geocoder
 
@@ -39,19 +40,14 @@ class GeocodeRun:
     reused: int
 
 
-def ensure_ledger(conn: psycopg.Connection) -> None:
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("geocode-calls-ddl")])
-        conn.execute(load_sql(PACKAGE, "create_geocode_calls"))
-
-
 def geocode_missing(conn: psycopg.Connection, geocoder: Geocoder, texts_by_key: dict[str, str]) -> GeocodeRun:
     """Ask ``geocoder`` for every key the ledger has no answer to, committing each answer on its own.
 
     ``texts_by_key`` maps ledger keys to the normalized locality each stands for; keys are visited in
     sorted order, so two runs over the same localities ask in the same order.
     """
-    ensure_ledger(conn)
+    # The ledger is one of the project's own tables: core/migrations.py creates and evolves it.
+    ensure_state_tables(conn)
     answered = set(
         conn.execute(
             load_sql(PACKAGE, "select_answered_geocode_keys"),

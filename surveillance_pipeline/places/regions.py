@@ -20,28 +20,20 @@ from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_
 from surveillance_pipeline.core.refresh import (
     WHOLE_TARGET,
     RefreshOutcome,
-    TargetSchema,
     refresh_partition,
     upstream_job_key,
 )
 from surveillance_pipeline.core.settings import PROJECT_ROOT
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.lab.districts import lab_layer_path
-from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
-from surveillance_pipeline.occurrences.load import TABLE as OCCURRENCES_TABLE
-from surveillance_pipeline.places.geocoded import JOB as GEOCODED_JOB
-from surveillance_pipeline.places.geocoded import TABLE as GEOCODED_TABLE
+from surveillance_pipeline.occurrences.load import OCCURRENCES
+from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 
 PACKAGE = "surveillance_pipeline.places"
-REGIONS_JOB = "regions"
-REGIONS_TABLE = "regions"
-REGIONS_TRANSFORM_VERSION = 1
-REGIONS_SCHEMA_VERSION = 1
-JOB = "region_assignment"
-TABLE = "region_assignment"
-TRANSFORM_VERSION = 1
-SCHEMA_VERSION = 1
+REGIONS = Target("regions", PACKAGE, "create_regions")
+REGION_ASSIGNMENT = Target("region_assignment", PACKAGE, "create_region_assignment")
 
 
 @dataclass(frozen=True)
@@ -68,12 +60,10 @@ class RegionLayer:
 
     def parts(self) -> JobKeyParts:
         # The file's bytes, not its path: the same layer moved elsewhere is the same input.
-        return JobKeyParts(
-            input=self.sha256(),
-            transform=REGIONS_TRANSFORM_VERSION,
-            config={"id_property": self.id_property, "name_property": self.name_property},
-            schema=REGIONS_SCHEMA_VERSION,
-        )
+        return REGIONS.key_parts(self.sha256(), self.config())
+
+    def config(self) -> dict[str, str]:
+        return {"id_property": self.id_property, "name_property": self.name_property}
 
 
 def read_layer(layer: RegionLayer) -> list[tuple[str, str | None, bytes]]:
@@ -108,7 +98,7 @@ def load_regions(conn: psycopg.Connection, layer: RegionLayer, run_id: str) -> R
     """Make ``regions`` hold this layer, or skip when it already does (same bytes, same properties)."""
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(REGIONS_TABLE)
+        table = sql.Identifier(REGIONS.name)
         connection.execute(sql.SQL("DELETE FROM {}").format(table))
         connection.execute(load_sql(PACKAGE, "create_incoming_regions"))
         with connection.cursor().copy("COPY incoming_regions (region_id, name, wkb) FROM STDIN") as copy:
@@ -118,12 +108,11 @@ def load_regions(conn: psycopg.Connection, layer: RegionLayer, run_id: str) -> R
 
     return refresh_partition(
         conn,
-        job=REGIONS_JOB,
+        target=REGIONS,
         partition_key=WHOLE_TARGET,
         parts=layer.parts(),
         replace_rows=replace_rows,
         run_id=run_id,
-        target=TargetSchema.from_sql_file(PACKAGE, "create_regions", REGIONS_TABLE, REGIONS_SCHEMA_VERSION),
     )
 
 
@@ -133,7 +122,7 @@ NO_JIT = "SET LOCAL jit = off"
 
 
 def _assignments() -> sql.Composed:
-    return load_sql(PACKAGE, "select_region_assignments").format(regions=sql.Identifier(REGIONS_TABLE))
+    return load_sql(PACKAGE, "select_region_assignments").format(regions=sql.Identifier(REGIONS.name))
 
 
 def assign_points(conn: psycopg.Connection, points: list[tuple[int, float, float]]) -> list[tuple[Any, ...]]:
@@ -150,23 +139,14 @@ def assign_points(conn: psycopg.Connection, points: list[tuple[int, float, float
         return conn.execute(_assignments()).fetchall()
 
 
-def region_assignment_schema() -> TargetSchema:
-    return TargetSchema.from_sql_file(PACKAGE, "create_region_assignment", TABLE, SCHEMA_VERSION)
-
-
 def assignment_parts(conn: psycopg.Connection, species: Species, layer: RegionLayer) -> JobKeyParts:
     """Inputs: what occurrences, geocoded_localities and regions hold now (share-locked upstream keys)."""
     inputs = {
-        "occurrences": upstream_job_key(conn, OCCURRENCES_JOB, species.slug),
-        "geocoded_localities": upstream_job_key(conn, GEOCODED_JOB, species.slug),
-        "regions": upstream_job_key(conn, REGIONS_JOB, WHOLE_TARGET),
+        "occurrences": upstream_job_key(conn, OCCURRENCES.name, species.slug),
+        "geocoded_localities": upstream_job_key(conn, GEOCODED_LOCALITIES.name, species.slug),
+        "regions": upstream_job_key(conn, REGIONS.name, WHOLE_TARGET),
     }
-    return JobKeyParts(
-        input=sha256_hex(canonical_json(inputs).encode("utf-8")),
-        transform=TRANSFORM_VERSION,
-        config={"id_property": layer.id_property, "name_property": layer.name_property},
-        schema=SCHEMA_VERSION,
-    )
+    return REGION_ASSIGNMENT.key_parts(sha256_hex(canonical_json(inputs).encode("utf-8")), layer.config())
 
 
 def refresh_region_assignment(
@@ -175,7 +155,7 @@ def refresh_region_assignment(
     """Make ``region_assignment`` hold this species' regions under the loaded layer, or skip."""
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(TABLE)
+        table = sql.Identifier(REGION_ASSIGNMENT.name)
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
@@ -183,7 +163,8 @@ def refresh_region_assignment(
         connection.execute(load_sql(PACKAGE, "create_assignment_points"))
         connection.execute(
             load_sql(PACKAGE, "insert_species_points").format(
-                occurrences=sql.Identifier(OCCURRENCES_TABLE), geocoded=sql.Identifier(GEOCODED_TABLE)
+                occurrences=sql.Identifier(OCCURRENCES.name),
+                geocoded=sql.Identifier(GEOCODED_LOCALITIES.name),
             ),
             {"species_id": species.species_id},
         )
@@ -194,12 +175,11 @@ def refresh_region_assignment(
 
     return refresh_partition(
         conn,
-        job=JOB,
+        target=REGION_ASSIGNMENT,
         partition_key=species.slug,
         parts=lambda connection: assignment_parts(connection, species, layer),
         replace_rows=replace_rows,
         run_id=run_id,
-        target=region_assignment_schema(),
     )
 
 
@@ -214,7 +194,7 @@ class RegionCount:
 def region_counts(conn: psycopg.Connection, species: Species) -> list[RegionCount]:
     """Per region (by id), how many of the species' records fell within it or were given it as nearest."""
     query = load_sql(PACKAGE, "select_region_counts").format(
-        table=sql.Identifier(TABLE), regions=sql.Identifier(REGIONS_TABLE)
+        table=sql.Identifier(REGION_ASSIGNMENT.name), regions=sql.Identifier(REGIONS.name)
     )
     rows = conn.execute(query, {"species_id": species.species_id}).fetchall()
     return [RegionCount(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]

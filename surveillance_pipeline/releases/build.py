@@ -22,7 +22,7 @@ from surveillance_pipeline.releases.exports import (
     publish_export,
 )
 from surveillance_pipeline.samples.load import sample_state_digest
-from surveillance_pipeline.snapshots.devil import JOB as DEVIL_JOB
+from surveillance_pipeline.snapshots.devil import DEVIL_SNAPSHOT
 
 PACKAGE = "surveillance_pipeline.releases"
 EXPORT_VERSION = 1
@@ -47,7 +47,7 @@ def sample_export_parts(conn: psycopg.Connection) -> JobKeyParts:
 
 
 def devil_snapshot_export_parts(conn: psycopg.Connection) -> JobKeyParts:
-    return _parts(upstream_job_key(conn, DEVIL_JOB, WHOLE_TARGET))
+    return _parts(upstream_job_key(conn, DEVIL_SNAPSHOT.name, WHOLE_TARGET))
 
 
 def build_sample_export(conn: psycopg.Connection) -> BuiltExport:

@@ -32,7 +32,7 @@ from surveillance_pipeline.core.refresh import (
 )
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
-from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
+from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
     MANIFEST,
@@ -186,7 +186,7 @@ def build_masked_release(
     recover_partition_folder(folder)
     with conn.transaction():
         # Share-locks occurrences' state row: its rows cannot be reloaded while we read them.
-        input_key = upstream_job_key(conn, OCCURRENCES_JOB, slug)
+        input_key = upstream_job_key(conn, OCCURRENCES.name, slug)
         if expected_input is not None and input_key != expected_input:
             raise ValueError(
                 f"occurrences for {slug!r} now holds job key {input_key}, not {expected_input}: the release "

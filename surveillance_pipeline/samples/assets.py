@@ -25,8 +25,7 @@ from surveillance_pipeline.samples.engines import (
 )
 from surveillance_pipeline.samples.load import (
     DEFAULT_CAP,
-    SCHEMA_VERSION,
-    TRANSFORM_VERSION,
+    OCCURRENCE_SAMPLE,
     refresh_species_sample,
     sample_state_digest,
 )
@@ -45,7 +44,7 @@ class SampleConfig(dg.Config):
     group_name="samples",
     deps=[occurrences],
     automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
-    code_version=f"transform-v{TRANSFORM_VERSION}.schema-v{SCHEMA_VERSION}",
+    code_version=OCCURRENCE_SAMPLE.code_version,
     pool="occurrence_sample",
     description="Per species, the first `cap` occurrences by md5(id::text), then id, computed in PostGIS "
     "(table occurrence_sample); each refresh records which ids entered and left (table sample_drift).",

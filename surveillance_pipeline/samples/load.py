@@ -10,25 +10,17 @@ from psycopg import sql
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,
-    TargetSchema,
     refresh_partition,
     upstream_job_key,
 )
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.load import JOB as OCCURRENCES_JOB
+from surveillance_pipeline.occurrences.load import OCCURRENCES
 
 PACKAGE = "surveillance_pipeline.samples"
-JOB = "occurrence_sample"
-TABLE = "occurrence_sample"
-TRANSFORM_VERSION = 1
-SCHEMA_VERSION = 1
+OCCURRENCE_SAMPLE = Target("occurrence_sample", PACKAGE, "create_occurrence_sample")
 DEFAULT_CAP = 100
-
-
-def sample_schema() -> TargetSchema:
-    """The table at the current SCHEMA_VERSION (read at call time, so a bump takes effect at once)."""
-    return TargetSchema.from_sql_file(PACKAGE, "create_occurrence_sample", TABLE, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)
@@ -42,15 +34,14 @@ class Drift:
 def sample_state_digest(conn: psycopg.Connection) -> str:
     """sha256 of every sample partition's job key: what the whole sample holds, as one input checksum."""
     keys = conn.execute(
-        "SELECT partition_key, job_key FROM job_state WHERE job = %s ORDER BY partition_key", [JOB]
+        "SELECT partition_key, job_key FROM target_state WHERE target = %s ORDER BY partition_key",
+        [OCCURRENCE_SAMPLE.name],
     ).fetchall()
     return sha256_hex(canonical_json([list(k) for k in keys]).encode("utf-8"))
 
 
 def sample_job_parts(upstream_key: str, cap: int) -> JobKeyParts:
-    return JobKeyParts(
-        input=upstream_key, transform=TRANSFORM_VERSION, config={"cap": cap}, schema=SCHEMA_VERSION
-    )
+    return OCCURRENCE_SAMPLE.key_parts(upstream_key, {"cap": cap})
 
 
 def refresh_species_sample(
@@ -62,10 +53,10 @@ def refresh_species_sample(
     drift = Drift()
 
     def parts(connection: psycopg.Connection) -> JobKeyParts:
-        return sample_job_parts(upstream_job_key(connection, OCCURRENCES_JOB, species.slug), cap)
+        return sample_job_parts(upstream_job_key(connection, OCCURRENCES.name, species.slug), cap)
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(TABLE)
+        table = sql.Identifier(OCCURRENCE_SAMPLE.name)
         connection.execute(
             sql.SQL(
                 "CREATE TEMPORARY TABLE previous_sample ON COMMIT DROP AS "
@@ -90,11 +81,10 @@ def refresh_species_sample(
 
     outcome = refresh_partition(
         conn,
-        job=JOB,
+        target=OCCURRENCE_SAMPLE,
         partition_key=species.slug,
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
-        target=sample_schema(),
     )
     return outcome, drift

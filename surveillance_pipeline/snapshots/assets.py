@@ -45,7 +45,7 @@ class DevilSnapshotConfig(dg.Config):
     group_name="snapshots",
     deps=[devil_delivery],
     # Names the versions current at import; the job key reads them at run time.
-    code_version=f"transform-v{devil.CURRENT_TRANSFORM}.schema-v{devil.CURRENT_SCHEMA}",
+    code_version=devil.DEVIL_SNAPSHOT.code_version,
     pool="devil_snapshot",
     description="The devil's newest delivery: the configured licenses, the first `cap` by md5(id::text) "
     "then id. Holds exactly one delivery under a job key; transform and schema versions are registries.",

@@ -8,7 +8,7 @@ rebuilds the table (schema), in the load's own transaction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -16,21 +16,26 @@ from psycopg import sql
 
 from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.keys import JobKeyParts
-from surveillance_pipeline.core.refresh import WHOLE_TARGET, RefreshOutcome, TargetSchema, refresh_partition
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, RefreshOutcome, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.licenses import CC0, CC_BY, LICENSES
 from surveillance_pipeline.snapshots.deliveries import Delivery
 
 PACKAGE = "surveillance_pipeline.snapshots"
-JOB = "devil_snapshot"
-TABLE = "devil_snapshot"
 DEVIL_SLUG = "sarcophilus-harrisii"
 
-# version -> the SQL that builds the rows (transform) or the table (schema)
-TRANSFORMS = {1: "insert_devil_snapshot_v1", 2: "insert_devil_snapshot_v2"}
-SCHEMAS = {1: "create_devil_snapshot_v1", 2: "create_devil_snapshot_v2"}
-CURRENT_TRANSFORM = 1
-CURRENT_SCHEMA = 1
+# Each version's SQL is kept (create_devil_snapshot_v<N>, insert_devil_snapshot_v<N>), so a run may load
+# under an earlier one: the demonstration that a version change reloads and a return reloads again.
+DEVIL_SNAPSHOT = Target(
+    "devil_snapshot",
+    PACKAGE,
+    "create_devil_snapshot_v{version}",
+    transform_version=1,
+    schema_version=1,
+    ddl_literals=(("licenses", LICENSES),),
+)
+TRANSFORM_VERSIONS = (1, 2)
 
 DEFAULT_CAP = 1000
 DEFAULT_LICENSES = (CC0, CC_BY)
@@ -52,16 +57,19 @@ class SnapshotRules:
         return {"cap": self.cap, "licenses": sorted(set(self.licenses))}
 
 
-def snapshot_schema(version: int) -> TargetSchema:
-    def create(table: sql.Identifier) -> sql.Composed:
-        licenses = sql.SQL(", ").join(sql.Literal(name) for name in LICENSES)
-        return load_sql(PACKAGE, SCHEMAS[version]).format(devil_snapshot=table, licenses=licenses)
+def snapshot_target(transform: int | None = None, schema: int | None = None) -> Target:
+    """devil_snapshot at the given versions (None: the current one, read at call time)."""
+    if transform is not None and transform not in TRANSFORM_VERSIONS:
+        raise ValueError(f"devil_snapshot: no transform version {transform} (known: {TRANSFORM_VERSIONS})")
+    return replace(
+        DEVIL_SNAPSHOT,
+        transform_version=DEVIL_SNAPSHOT.transform_version if transform is None else transform,
+        schema_version=DEVIL_SNAPSHOT.schema_version if schema is None else schema,
+    )
 
-    return TargetSchema(table=TABLE, version=version, create=create)
 
-
-def snapshot_job_parts(delivery: Delivery, rules: SnapshotRules, transform: int, schema: int) -> JobKeyParts:
-    return JobKeyParts(input=delivery.sha256, transform=transform, config=rules.as_config(), schema=schema)
+def snapshot_job_parts(delivery: Delivery, rules: SnapshotRules, target: Target) -> JobKeyParts:
+    return target.key_parts(delivery.sha256, rules.as_config())
 
 
 def stage_delivery(conn: psycopg.Connection, delivery: Delivery) -> None:
@@ -74,7 +82,7 @@ def stage_delivery(conn: psycopg.Connection, delivery: Delivery) -> None:
 
 def build_snapshot_rows(conn: psycopg.Connection, target: str, config: dict[str, Any], transform: int) -> int:
     """Insert the transform's rows from ``incoming_delivery`` into ``target``; returns the row count."""
-    statement = load_sql(PACKAGE, TRANSFORMS[transform]).format(target=sql.Identifier(target))
+    statement = load_sql(PACKAGE, f"insert_devil_snapshot_v{transform}").format(target=sql.Identifier(target))
     return conn.execute(statement, {"cap": config["cap"], "licenses": config["licenses"]}).rowcount
 
 
@@ -88,24 +96,22 @@ def refresh_devil_snapshot(
     schema: int | None = None,
 ) -> RefreshOutcome:
     """Make devil_snapshot hold ``delivery`` under ``rules`` and the current (or given) versions."""
-    transform = CURRENT_TRANSFORM if transform is None else transform
-    schema = CURRENT_SCHEMA if schema is None else schema
-    parts = snapshot_job_parts(delivery, rules, transform, schema)
+    target = snapshot_target(transform, schema)
+    parts = snapshot_job_parts(delivery, rules, target)
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        connection.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(TABLE)))
+        connection.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(target.name)))
         fault_point(AFTER_DELETE, connection)
         stage_delivery(connection, delivery)
-        return build_snapshot_rows(connection, TABLE, dict(parts.config), transform)
+        return build_snapshot_rows(connection, target.name, dict(parts.config), target.transform_version)
 
     return refresh_partition(
         conn,
-        job=JOB,
+        target=target,
         partition_key=WHOLE_TARGET,
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
-        target=snapshot_schema(schema),
     )
 
 
@@ -131,7 +137,8 @@ def snapshot_holds(conn: psycopg.Connection, delivery: Delivery) -> HoldsVerdict
     check itself changes nothing.
     """
     state = conn.execute(
-        "SELECT job_key, parts FROM job_state WHERE job = %s AND partition_key = %s", [JOB, WHOLE_TARGET]
+        "SELECT job_key, parts FROM target_state WHERE target = %s AND partition_key = %s",
+        [DEVIL_SNAPSHOT.name, WHOLE_TARGET],
     ).fetchone()
     if state is None:
         return HoldsVerdict(False, "devil_snapshot has no state row: nothing was loaded")
@@ -147,7 +154,7 @@ def snapshot_holds(conn: psycopg.Connection, delivery: Delivery) -> HoldsVerdict
         stage_delivery(conn, delivery)
         build_snapshot_rows(conn, "expected_devil_snapshot", recorded["config"], recorded["transform"])
         expected = table_fingerprint(conn, "expected_devil_snapshot")
-        actual = table_fingerprint(conn, TABLE)
+        actual = table_fingerprint(conn, DEVIL_SNAPSHOT.name)
     if expected != actual:
         return HoldsVerdict(
             False, f"table has {actual[0]} rows (md5 {actual[1]}), expected {expected[0]} ({expected[1]})"

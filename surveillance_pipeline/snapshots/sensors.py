@@ -34,7 +34,7 @@ class SnapshotTarget:
     def would_be_key(self, delivery) -> str:
         config = DevilSnapshotConfig(**op_config(self.snapshot.key.to_user_string()))
         rules = devil.SnapshotRules(cap=config.cap, licenses=tuple(config.licenses))
-        return devil.snapshot_job_parts(delivery, rules, devil.CURRENT_TRANSFORM, devil.CURRENT_SCHEMA).key
+        return devil.snapshot_job_parts(delivery, rules, devil.snapshot_target()).key
 
 
 SNAPSHOT_TARGETS = (SnapshotTarget(devil.DEVIL_SLUG, devil_delivery.key, devil_snapshot),)
@@ -75,7 +75,7 @@ def deliveries_sensor(
             )
         key = target.would_be_key(delivery)
         with warehouse.connect() as conn:
-            held = held_job_key(conn, devil.JOB, WHOLE_TARGET)
+            held = held_job_key(conn, devil.DEVIL_SNAPSHOT.name, WHOLE_TARGET)
         if key == held:
             skipped.append(
                 f"{target.slug}: nothing changed ({path.name} is what {target.snapshot.key.path[-1]} holds)"

@@ -116,7 +116,7 @@ def fingerprint(conn: psycopg.Connection, target: str) -> tuple[int, str]:
         row = conn.execute(OCCURRENCES_MD5, [SPECIES.species_id]).fetchone()
         assert row is not None
         return int(row[0]), row[1]
-    return devil.table_fingerprint(conn, devil.TABLE)
+    return devil.table_fingerprint(conn, devil.DEVIL_SNAPSHOT.name)
 
 
 def _partition(target: str) -> str:
@@ -129,7 +129,7 @@ def state_describes(
     """Whether the state row names ``folder``'s snapshot, agrees with provenance, and the rows match it."""
     partition = _partition(target)
     state = conn.execute(
-        "SELECT job_key, parts, rows FROM job_state WHERE job = %s AND partition_key = %s",
+        "SELECT job_key, parts, rows FROM target_state WHERE target = %s AND partition_key = %s",
         [target, partition],
     ).fetchone()
     if state is None:

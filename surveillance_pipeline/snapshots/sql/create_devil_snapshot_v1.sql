@@ -1,5 +1,5 @@
 -- devil_snapshot, schema version 1.
-CREATE TABLE {devil_snapshot} (
+CREATE TABLE {table} (
     id      bigint  PRIMARY KEY,
     year    integer,
     license text    NOT NULL,

@@ -1,5 +1,5 @@
 -- devil_snapshot, schema version 2: the database itself refuses a license we do not publish.
-CREATE TABLE {devil_snapshot} (
+CREATE TABLE {table} (
     id      bigint  PRIMARY KEY,
     year    integer,
     license text    NOT NULL CHECK (license IN ({licenses})),

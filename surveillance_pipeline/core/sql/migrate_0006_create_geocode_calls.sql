@@ -1,3 +1,5 @@
+-- Migration 6: the geocoder call ledger (places/ledger.py), as first released; idempotent for warehouses
+-- that created it before it was a migration.
 -- The geocoder's call ledger: one row per (service, HMAC of a normalized locality), never the text itself.
 -- 'pending' is committed before a request and the answer after it, each in its own transaction, so a run
 -- that dies keeps every answer it had received. A pending row is an answer that never arrived.

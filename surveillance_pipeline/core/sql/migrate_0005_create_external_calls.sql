@@ -1,3 +1,5 @@
+-- Migration 5: the idempotency-key ledger of side-effecting calls (ledger/external_calls.py), as first
+-- released; idempotent for warehouses that created it before it was a migration.
 -- One row per side-effecting call, keyed by its idempotency key: 'pending' is committed before the call,
 -- 'done' (with the answer) after it, each in its own transaction.
 CREATE TABLE IF NOT EXISTS external_calls (

@@ -1,3 +1,5 @@
+-- Migration 4: the batch ledger (ledger/batches.py), as first released; idempotent for warehouses that
+-- created it before it was a migration.
 CREATE TABLE IF NOT EXISTS batch_ledger (
     checksum      text        PRIMARY KEY,   -- sha256 of the batch file's bytes
     target        text        NOT NULL,

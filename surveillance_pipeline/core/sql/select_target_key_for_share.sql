@@ -1,0 +1,4 @@
+SELECT job_key
+FROM target_state
+WHERE target = %(target)s AND partition_key = %(partition_key)s
+FOR SHARE

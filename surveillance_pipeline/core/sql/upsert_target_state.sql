@@ -1,0 +1,7 @@
+INSERT INTO target_state (target, partition_key, job_key, parts, rows, updated_at)
+VALUES (%(target)s, %(partition_key)s, %(job_key)s, %(parts)s, %(rows)s, now())
+ON CONFLICT (target, partition_key) DO UPDATE
+SET job_key = EXCLUDED.job_key,
+    parts = EXCLUDED.parts,
+    rows = EXCLUDED.rows,
+    updated_at = EXCLUDED.updated_at
