@@ -16,8 +16,7 @@ from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
 from surveillance_pipeline.reporting import partition_range_tags
 from surveillance_pipeline.resources import DataPaths, Warehouse
-
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+from surveillance_pipeline.run_config import QUIET_CONSOLE
 
 
 def main(first: str, last: str) -> int:

@@ -30,12 +30,10 @@ from psycopg import sql
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.jobs import BATCH_DAYS_JOB, SPECIES_ASSETS_JOB, WHOLE_TARGET_ASSETS_JOB
-from surveillance_pipeline.lab.run import batch_days_present, prepare_lab_inputs
+from surveillance_pipeline.lab.run import batch_days_present, prepare_lab_inputs, run_plan
 from surveillance_pipeline.outputs import declared_outputs
-from surveillance_pipeline.partitions import add_batch_days
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
-from surveillance_pipeline.reporting import partition_range_tags, recorded_data_version
+from surveillance_pipeline.reporting import recorded_data_version
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.pipeline import (
     check_evaluations,
@@ -88,15 +86,8 @@ def covered_assets(defs: dg.Definitions) -> tuple[dict[dg.AssetKey, Any], list[s
 def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Path) -> set[dg.AssetKey]:
     """make run's plan over the first SPECIES_COUNT species; returns the assets it materialized."""
     prepare_lab_inputs(root)
-    species = partition_keys()[:SPECIES_COUNT]
-    days = add_batch_days(instance, batch_days_present(root))
-    plan = [
-        (SPECIES_ASSETS_JOB, partition_range_tags(species[0], species[-1])),
-        (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
-        (WHOLE_TARGET_ASSETS_JOB, {}),
-    ]
     materialized: set[dg.AssetKey] = set()
-    for job, tags in plan:
+    for job, tags in run_plan(instance, root, species=partition_keys()[:SPECIES_COUNT]):
         run = execute_as_launched(instance, defs.resolve_job_def(job), tags=tags)
         assert run.status == dg.DagsterRunStatus.SUCCESS, job
         materialized |= set(materialized_in_run(instance, run.run_id))

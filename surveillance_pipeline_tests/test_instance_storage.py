@@ -15,10 +15,10 @@ from surveillance_pipeline.instance_storage import (
 )
 from surveillance_pipeline.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
+from surveillance_pipeline.run_config import QUIET_CONSOLE
 from surveillance_pipeline_tests.dagster_dev import project_dagster_home
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 @dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())

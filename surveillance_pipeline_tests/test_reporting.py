@@ -15,10 +15,10 @@ from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
+from surveillance_pipeline.run_config import QUIET_CONSOLE
 from surveillance_pipeline_tests.pipeline import execute_as_launched
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 BATCH_SIZE = "200"
 FAILING_PARTITION = partition_keys()[40]
 

@@ -5,15 +5,18 @@ Fetch a species, normalize, and keep the old file if equal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import sha256_file_once, sha256_hex
-from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.core.partition_files import delete_stale_staging_file, replace_file
+from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
 from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
 from surveillance_pipeline.gbif.downloads import DownloadInfo
@@ -225,3 +228,33 @@ def _previous_snapshot(raw_path: Path) -> tuple[RawSnapshot, str] | None:
         return parse_raw_snapshot(raw_path, data, data_sha256), data_sha256
     except InputError:
         return None
+
+
+# The asset whose provenance rows name each ingest.
+RAW_ASSET = "gbif_raw"
+
+
+def refresh_raw_snapshot(
+    conn: psycopg.Connection,
+    *,
+    species: Species,
+    raw_path: Path,
+    indexes: Sequence[DownloadIndex],
+    search_client: Callable[[], GbifClient],
+    run_id: str,
+) -> tuple[RefreshOutcome, IngestOutcome]:
+    """Ingest one species from the downloads' indexes, else from occurrence search; record provenance.
+
+    ``search_client`` is called only when the downloads do not hold the species, so a run whose species
+    all come from downloads never builds one. The data version is the raw file's sha256.
+    """
+    delete_stale_staging_file(raw_path)
+    delete_stale_staging_file(records_path(raw_path))
+    ingested = ingest_species_from_downloads(indexes, species, raw_path)
+    if ingested is None:
+        ingested = ingest_species(search_client(), species, raw_path)
+    parts = {"request": ingested.request, "source": ingested.source, "records": ingested.records_sha256}
+    action = LOADED if ingested.written else SKIPPED
+    outcome = RefreshOutcome(action, ingested.reason, ingested.file_sha256, parts, ingested.records)
+    record_provenance(conn, run_id=run_id, asset=RAW_ASSET, partition_key=species.slug, outcome=outcome)
+    return outcome, ingested

@@ -82,10 +82,12 @@ def _is_day(name: str) -> bool:
     return len(name) == 10
 
 
-def run_plan(instance: dg.DagsterInstance, root: Path) -> list[tuple[str, dict[str, str]]]:
-    """The runs of ``make run``, in order: each job and its run tags. The days with a batch file become
-    partitions first (as batches_sensor adds them)."""
-    species = partition_keys()
+def run_plan(
+    instance: dg.DagsterInstance, root: Path, species: list[str] | None = None
+) -> list[tuple[str, dict[str, str]]]:
+    """The runs of ``make run``, in order: each job and its run tags (over ``species``, default all). The
+    days with a batch file become partitions first (as batches_sensor adds them)."""
+    species = species or partition_keys()
     days = add_batch_days(instance, batch_days_present(root))
     return [
         (OBSERVE_SOURCES_JOB, {}),

@@ -8,28 +8,15 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline.core.keys import sha256_file
-from surveillance_pipeline.core.partition_files import delete_stale_staging_file
-from surveillance_pipeline.core.refresh import (
-    LOADED,
-    SKIPPED,
-    RefreshOutcome,
-    last_recorded_output,
-    record_provenance,
-    report_derived_output,
-)
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.download_index import DownloadIndex, DownloadsFolder, open_downloads
-from surveillance_pipeline.gbif.ingest import ingest_species, ingest_species_from_downloads
+from surveillance_pipeline.gbif.ingest import refresh_raw_snapshot
 from surveillance_pipeline.gbif.licenses import LICENSES
-from surveillance_pipeline.gbif.raw_snapshots import records_path
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.derive import (
     DERIVE_VERSION,
     DERIVED_COLUMNS,
-    derive_parts,
-    derive_to_file,
-    memo_holds,
+    refresh_derived_file,
 )
 from surveillance_pipeline.occurrences.load import (
     OCCURRENCES,
@@ -118,31 +105,16 @@ def gbif_raw(
     with warehouse.connect() as conn:
 
         def ingest_partition(slug: str) -> PartitionReport:
-            species = species_by_slug(slug)
-            raw_path = paths.raw(slug)
-            delete_stale_staging_file(raw_path)
-            delete_stale_staging_file(records_path(raw_path))
-            ingest_outcome = ingest_species_from_downloads(indexes, species, raw_path)
-            if ingest_outcome is None:
-                ingest_outcome = ingest_species(search_client(), species, raw_path)
-            parts = {
-                "request": ingest_outcome.request,
-                "source": ingest_outcome.source,
-                "records": ingest_outcome.records_sha256,
-            }
-            action = LOADED if ingest_outcome.written else SKIPPED
-            outcome = RefreshOutcome(
-                action, ingest_outcome.reason, ingest_outcome.file_sha256, parts, ingest_outcome.records
+            outcome, ingested = refresh_raw_snapshot(
+                conn,
+                species=species_by_slug(slug),
+                raw_path=paths.raw(slug),
+                indexes=indexes,
+                search_client=search_client,
+                run_id=context.run.run_id,
             )
-            record_provenance(
-                conn, run_id=context.run.run_id, asset="gbif_raw", partition_key=slug, outcome=outcome
-            )
-            return outcome_report(
-                outcome,
-                ingest_outcome.file_sha256,
-                path=dg.MetadataValue.path(str(ingest_outcome.path)),
-                retrieved=ingest_outcome.retrieved,
-            )
+            path = dg.MetadataValue.path(str(ingested.path))
+            return outcome_report(outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved)
 
         yield from report_partitions(context, ingest_partition)
 
@@ -162,35 +134,16 @@ def gbif_derived(
     with warehouse.connect() as conn:
 
         def derive_partition(slug: str) -> PartitionReport:
-            species = species_by_slug(slug)
-            raw_path, derived_path = paths.raw(slug), paths.derived(slug)
-            delete_stale_staging_file(derived_path)
-            memo = last_recorded_output(conn, "gbif_derived", slug)
-            derived_sha256 = memo.detail.get("derived_sha256") if memo is not None else None
-            if memo is not None and memo_holds(raw_path, memo.job_key, derived_sha256, derived_path):
-                # The derive recorded for these raw bytes still stands: nothing to derive again.
-                parts = derive_parts(sha256_file(raw_path))
-                counts = dict(memo.detail.get("counts", {}))
-                rows, unchanged = memo.rows, True
-            else:
-                before = sha256_file(derived_path) if derived_path.is_file() else None
-                fresh = derive_to_file(raw_path, species, derived_path)
-                parts = derive_parts(fresh.raw_sha256)
-                derived_sha256, counts, rows = fresh.sha256, fresh.counts, fresh.rows
-                unchanged = before == fresh.sha256
-            outcome = report_derived_output(
+            derived_path = paths.derived(slug)
+            derived = refresh_derived_file(
                 conn,
-                asset="gbif_derived",
-                partition_key=slug,
-                parts=parts,
-                rows=rows,
+                species=species_by_slug(slug),
+                raw_path=paths.raw(slug),
+                derived_path=derived_path,
                 run_id=context.run.run_id,
-                unchanged=unchanged,
-                detail={"derived_sha256": derived_sha256, "counts": counts},
             )
-            return outcome_report(
-                outcome, derived_sha256, path=dg.MetadataValue.path(str(derived_path)), **counts
-            )
+            path = dg.MetadataValue.path(str(derived_path))
+            return outcome_report(derived.outcome, derived.derived_sha256, path=path, **derived.counts)
 
         yield from report_partitions(context, derive_partition)
 

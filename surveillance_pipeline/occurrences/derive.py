@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import psycopg
+
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import (
     JobKeyParts,
@@ -23,8 +25,9 @@ from surveillance_pipeline.core.keys import (
     sha256_file_once,
     sha256_hex,
 )
-from surveillance_pipeline.core.partition_files import staging_file
+from surveillance_pipeline.core.partition_files import delete_stale_staging_file, staging_file
 from surveillance_pipeline.core.recent import RecentValues
+from surveillance_pipeline.core.refresh import RefreshOutcome, last_recorded_output, report_derived_output
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
@@ -342,3 +345,49 @@ def _coordinates(record: dict[str, Any], where: str, path: Path | str) -> tuple[
     if published_at_zero(latitude, longitude, record.get("issues") or []):
         return ZERO
     return repr(float(longitude)), repr(float(latitude))
+
+
+# The asset whose provenance rows name each derive (and hold its memo: the derived file's sha256, counts).
+DERIVED_ASSET = "gbif_derived"
+
+
+@dataclass(frozen=True)
+class DeriveResult:
+    outcome: RefreshOutcome
+    derived_sha256: str
+    counts: dict[str, int]
+
+
+def refresh_derived_file(
+    conn: psycopg.Connection, *, species: Species, raw_path: Path, derived_path: Path, run_id: str
+) -> DeriveResult:
+    """Derive one species' raw snapshot into its CSV, unless the derive recorded for these raw bytes still
+    stands (then nothing is read but checksums); record provenance either way."""
+    delete_stale_staging_file(derived_path)
+    memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
+    derived_sha256 = memo.detail.get("derived_sha256") if memo is not None else None
+    if (
+        memo is not None
+        and derived_sha256 is not None
+        and memo_holds(raw_path, memo.job_key, derived_sha256, derived_path)
+    ):
+        parts = derive_parts(sha256_file(raw_path))
+        counts = dict(memo.detail.get("counts", {}))
+        rows, unchanged = memo.rows, True
+    else:
+        before = sha256_file(derived_path) if derived_path.is_file() else None
+        fresh = derive_to_file(raw_path, species, derived_path)
+        parts = derive_parts(fresh.raw_sha256)
+        derived_sha256, counts, rows = fresh.sha256, fresh.counts, fresh.rows
+        unchanged = before == fresh.sha256
+    outcome = report_derived_output(
+        conn,
+        asset=DERIVED_ASSET,
+        partition_key=species.slug,
+        parts=parts,
+        rows=rows,
+        run_id=run_id,
+        unchanged=unchanged,
+        detail={"derived_sha256": derived_sha256, "counts": counts},
+    )
+    return DeriveResult(outcome, derived_sha256, counts)

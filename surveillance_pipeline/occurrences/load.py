@@ -25,14 +25,17 @@ from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS, derive_to_file, memo_holds
+from surveillance_pipeline.occurrences.derive import (
+    DERIVED_ASSET,
+    DERIVED_COLUMNS,
+    derive_to_file,
+    memo_holds,
+)
 
 PACKAGE = "surveillance_pipeline.occurrences"
 # Schema 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
 OCCURRENCES = Target("occurrences", PACKAGE, "create_occurrences", transform_version=1, schema_version=2)
 COPY_BLOCK = 1 << 20
-# The asset whose provenance records each derive (what verified_derived_file trusts instead of deriving).
-DERIVED_ASSET = "gbif_derived"
 
 
 def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:

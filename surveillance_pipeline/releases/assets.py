@@ -1,9 +1,7 @@
 """sample_export and devil_snapshot_export: the same bytes on every re-run, with a sha256 manifest."""
 
 import csv
-import hashlib
 import itertools
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +26,7 @@ from surveillance_pipeline.releases.build import (
     export_if_changed,
     sample_export_parts,
 )
-from surveillance_pipeline.releases.exports import EXPORT_FORMAT, MANIFEST
+from surveillance_pipeline.releases.exports import EXPORT_FORMAT, MANIFEST, manifest_rows
 from surveillance_pipeline.releases.masking import (
     DEFAULT_MAX_M,
     DEFAULT_MIN_M,
@@ -38,12 +36,7 @@ from surveillance_pipeline.releases.masking import (
     release_masked_partition,
 )
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
-from surveillance_pipeline.releases.registration import (
-    register_release,
-    registration_body,
-    related_datasets,
-    release_source_url,
-)
+from surveillance_pipeline.releases.registration import register_export
 from surveillance_pipeline.releases.replay import replay_masked_release as replay_from_provenance
 from surveillance_pipeline.reporting import (
     PartitionEvents,
@@ -68,7 +61,7 @@ def _export(
     folder = paths.exports(name)
     with warehouse.connect() as conn:
         parts, built = export_if_changed(conn, folder, parts_of, build)
-        rows = built.files[0].rows if built else _manifest_rows(folder)
+        rows = built.files[0].rows if built else manifest_rows(folder)
         outcome = report_derived_output(
             conn,
             asset=f"{name}_export",
@@ -103,12 +96,6 @@ def first_rows(path: Path, count: int = FIRST_ROWS) -> dg.TableMetadataValue:
         records=[dg.TableRecord(row) for row in rows],
         schema=dg.TableSchema(columns=[dg.TableColumn(name, "string") for name in header]),
     )
-
-
-def _manifest_rows(folder: Path) -> int:
-    """Rows of an export already in place (every file of one export holds the same rows)."""
-    files = json.loads((folder / MANIFEST).read_bytes())["files"]
-    return next(iter(files.values()))["rows"]
 
 
 # Assets that act on the outside world; launched on purpose, never by make run or automation.
@@ -183,19 +170,17 @@ def derived_dataset_registration(
         )
     if not config.source_url_base:
         raise dg.Failure("derived_dataset_registration: set source_url_base, where the release is served")
-    folder = paths.exports("sample")
-    manifest = (folder / MANIFEST).read_bytes()
-    source_url = release_source_url(config.source_url_base, hashlib.sha256(manifest).hexdigest())
-    sampled_ids = {
-        int(line.split(",", 1)[0])
-        for line in (folder / "sample.csv").read_text(encoding="utf-8").splitlines()[1:]
-    }
-    raw_files = sorted((Path(paths.root) / "raw").glob("*.json"))
-    body = registration_body(
-        config.title, config.description, source_url, related_datasets(raw_files, sampled_ids)
-    )
     with warehouse.connect() as conn:
-        outcome = register_release(conn, gbif.api(), gbif_account.credentials(), manifest, body)
+        outcome, source_url = register_export(
+            conn,
+            gbif.api(),
+            gbif_account.credentials(),
+            export_folder=paths.exports("sample"),
+            raw_folder=Path(paths.root) / "raw",
+            source_url_base=config.source_url_base,
+            title=config.title,
+            description=config.description,
+        )
     action = "called" if outcome.called else ("adopted" if outcome.adopted else "skipped")
     return dg.MaterializeResult(
         data_version=dg.DataVersion(outcome.response.get("doi", "")),

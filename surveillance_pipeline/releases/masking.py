@@ -12,7 +12,6 @@ in id order: the same input gives the same release, byte for byte, and ``replay`
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from surveillance_pipeline.releases.exports import (
     csv_export,
     export_is_current,
     geoparquet_export,
+    manifest_rows,
     publish_export,
 )
 
@@ -200,7 +200,7 @@ def build_masked_release(
             same = recorded is not None and recorded.job_key == parts.key
             counts = recorded.detail.get("displacement_counts") if same and recorded is not None else None
             return MaskedRelease(
-                parts, logical, seed, _manifest_rows(folder), sha256_file(folder / MANIFEST), False, counts
+                parts, logical, seed, manifest_rows(folder), sha256_file(folder / MANIFEST), False, counts
             )
         rows = conn.execute(load_sql(PACKAGE, "select_masked_release_rows"), {"slug": slug}).fetchall()
     released = masked_rows(rows, rules, seed)
@@ -214,11 +214,6 @@ def build_masked_release(
     manifest = publish_export(folder, files, parts, ORDER, extra)
     counts = displacement_counts(rows, rules, seed)
     return MaskedRelease(parts, logical, seed, len(released), sha256_hex(manifest), True, counts)
-
-
-def _manifest_rows(folder: Path) -> int:
-    files = json.loads((folder / MANIFEST).read_bytes())["files"]
-    return int(next(iter(files.values()))["rows"])
 
 
 def release_masked_partition(

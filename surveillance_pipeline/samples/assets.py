@@ -3,8 +3,6 @@
 import dagster as dg
 
 from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
-from surveillance_pipeline.core.keys import JobKeyParts
-from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_recorded_key, report_derived_output
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.assets import occurrences
 from surveillance_pipeline.outputs import outputs_metadata
@@ -26,11 +24,10 @@ from surveillance_pipeline.samples.engines import (
 from surveillance_pipeline.samples.load import (
     DEFAULT_CAP,
     OCCURRENCE_SAMPLE,
+    SUMMARY_VERSION,
+    refresh_sample_summary,
     refresh_species_sample,
-    sample_state_digest,
 )
-
-SUMMARY_VERSION = 1
 
 
 class SampleConfig(dg.Config):
@@ -95,26 +92,7 @@ def _drift_table(drift: list[tuple[int, int]]) -> dg.TableMetadataValue:
 )
 def occurrence_sample_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> PartitionEvents:
     with warehouse.connect() as conn:
-        with conn.transaction():
-            # One snapshot for the state rows and the summary they describe.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            sample_digest = sample_state_digest(conn)
-            summary = postgis_summary(conn)
-        parts = JobKeyParts(
-            input=sample_digest,
-            transform=SUMMARY_VERSION,
-            config={},
-            schema=SUMMARY_VERSION,
-        )
-        outcome = report_derived_output(
-            conn,
-            asset="occurrence_sample_summary",
-            partition_key=WHOLE_TARGET,
-            parts=parts,
-            rows=summary.records,
-            run_id=context.run.run_id,
-            unchanged=last_recorded_key(conn, "occurrence_sample_summary", WHOLE_TARGET) == parts.key,
-        )
+        outcome, summary = refresh_sample_summary(conn, run_id=context.run.run_id)
     yield from report_asset(
         context,
         outcome_report(

@@ -9,14 +9,19 @@ from psycopg import sql
 
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import (
+    WHOLE_TARGET,
     RefreshOutcome,
+    last_recorded_key,
     refresh_partition,
+    report_derived_output,
     upstream_job_key,
 )
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.load import OCCURRENCES
+from surveillance_pipeline.samples.engines import postgis_summary
+from surveillance_pipeline.samples.rules import SampleSummary
 
 PACKAGE = "surveillance_pipeline.samples"
 OCCURRENCE_SAMPLE = Target("occurrence_sample", PACKAGE, "create_occurrence_sample")
@@ -88,3 +93,29 @@ def refresh_species_sample(
         run_id=run_id,
     )
     return outcome, drift
+
+
+# occurrence_sample_summary: what the whole sample holds, as the summary the course asks for. Its input is
+# every sample partition's job key, so it skips exactly when no partition changed.
+SUMMARY_ASSET = "occurrence_sample_summary"
+SUMMARY_VERSION = 1
+
+
+def refresh_sample_summary(conn: psycopg.Connection, *, run_id: str) -> tuple[RefreshOutcome, SampleSummary]:
+    """The PostGIS summary of occurrence_sample and its provenance row (skipped when no partition changed)."""
+    with conn.transaction():
+        # One snapshot for the state rows and the summary they describe.
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        sample_digest = sample_state_digest(conn)
+        summary = postgis_summary(conn)
+    parts = JobKeyParts(input=sample_digest, transform=SUMMARY_VERSION, config={}, schema=SUMMARY_VERSION)
+    outcome = report_derived_output(
+        conn,
+        asset=SUMMARY_ASSET,
+        partition_key=WHOLE_TARGET,
+        parts=parts,
+        rows=summary.records,
+        run_id=run_id,
+        unchanged=last_recorded_key(conn, SUMMARY_ASSET, WHOLE_TARGET) == parts.key,
+    )
+    return outcome, summary
