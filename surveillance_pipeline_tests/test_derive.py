@@ -6,12 +6,13 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.recent import RecentValues
+from surveillance_pipeline.gbif import raw_snapshots as raw
 from surveillance_pipeline.gbif.ingest import ingest_species
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_snapshot
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.gbif_client import LabGbifClient
-from surveillance_pipeline.occurrences import derive, raw
+from surveillance_pipeline.occurrences import derive
 from surveillance_pipeline.occurrences.derive import derive_occurrences, derive_raw_file
 
 DEVIL = species_by_slug("sarcophilus-harrisii")

@@ -6,6 +6,7 @@ holds A exactly, that its state row describes A, and that the next run loads B (
 
 import pytest
 
+from surveillance_pipeline.core.fault_points import fault_point
 from surveillance_pipeline_tests.faults import points as faults
 from surveillance_pipeline_tests.faults.dagster_runs import (
     killed_cli_run_trial,
@@ -79,14 +80,14 @@ def test_a_fault_point_is_inert_unless_named(monkeypatch, tmp_path):
     signal_file = tmp_path / "signal"
     monkeypatch.setenv(faults.FAULT_SIGNAL_VARIABLE, str(signal_file))
     monkeypatch.delenv(faults.FAULT_POINT_VARIABLE, raising=False)
-    faults.fault_point(faults.AFTER_DELETE)
+    fault_point(faults.AFTER_DELETE)
     monkeypatch.setenv(faults.FAULT_POINT_VARIABLE, faults.MID_COPY)
-    faults.fault_point(faults.AFTER_DELETE)
+    fault_point(faults.AFTER_DELETE)
     assert not signal_file.exists()
     # Named, with the block action and the release file already there: it signals and returns at once.
     monkeypatch.setenv(faults.FAULT_ACTION_VARIABLE, faults.BLOCK)
     (tmp_path / "signal.release").touch()
-    faults.fault_point(faults.MID_COPY)
+    fault_point(faults.MID_COPY)
     assert signal_file.read_text().split()[0] == faults.MID_COPY
 
 
@@ -116,5 +117,5 @@ def test_a_once_fault_point_fires_only_while_its_signal_file_is_absent(monkeypat
     monkeypatch.setenv(faults.FAULT_POINT_VARIABLE, faults.BEFORE_COMMIT)
     monkeypatch.setenv(faults.FAULT_ONCE_VARIABLE, "1")
     # Already fired once (the signal file is there): returns instead of killing this process.
-    faults.fault_point(faults.BEFORE_COMMIT)
+    fault_point(faults.BEFORE_COMMIT)
     assert signal_file.read_text() == "before_commit 1 0\n"

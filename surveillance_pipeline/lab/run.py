@@ -22,7 +22,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, data_dir
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
 from surveillance_pipeline.dagster_internals import SerializableErrorInfo, execute_in_code_location
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
@@ -41,7 +41,6 @@ from surveillance_pipeline.run_config import quiet_run_config
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"
 LAB_DELIVERY_A_DATE = "2026-11-02"
 ASSET_ORDER = (
