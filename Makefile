@@ -13,7 +13,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
 
-.PHONY: help venv provision run test test-fast faults bench ui lint lock clean replay add-species
+.PHONY: help venv provision run test test-fast faults bench ui workers lint lock clean replay add-species
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,8 +27,9 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP) ## Create .venv from the lock file
 
-provision: venv ## Start (or install) PostgreSQL + PostGIS and write .local/env.sh
+provision: venv ## Start (or install) PostgreSQL + PostGIS (and Redis, when SURVEILLANCE_PROFILE=distributed) and write .local/env.sh
 	@PYTHON=$(BIN)/python bash scripts/provision_postgis.sh
+	@if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then bash scripts/provision_redis.sh; fi
 
 run: provision ## Materialize every asset on the lab data and print what was loaded or skipped
 	@mkdir -p .dagster
@@ -36,12 +37,13 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh
+	@bash scripts/provision_redis.sh --install-only
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
 
-test-fast: provision ## The suite without the browser session (end-to-end UI test): the edit-test loop
+test-fast: provision ## The suite without the browser session and the Celery workers: the edit-test loop
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile -m "not e2e"
+	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile -m "not e2e and not distributed"
 
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
@@ -54,6 +56,11 @@ ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.pools && \
 		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+
+workers: provision ## Start N Celery workers for the distributed profile (make workers N=2); Ctrl-C stops them
+	@bash scripts/provision_redis.sh
+	@mkdir -p .dagster
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.workers $(or $(N),2)
 
 bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --with-10m)
 	@mkdir -p .dagster

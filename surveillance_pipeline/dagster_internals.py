@@ -127,12 +127,15 @@ def execute_in_code_location(
     attribute: str,
     run_config: dict[str, Any],
     tags: dict[str, str],
+    steps_elsewhere: bool = False,
 ) -> dg.DagsterRun:
-    """Run ``job_def`` in this process as a run of the workspace's code location.
+    """Run ``job_def`` from this process as a run of the workspace's code location.
 
     The run carries the origins the webserver would give it (the location named by ``workspace_file``, and
     the module ``module_name:attribute``), so the UI lists it under its job and can re-execute it; the run
-    executes with the job's own executor, as a launched run does.
+    executes with the job's own executor, as a launched run does. ``steps_elsewhere``: the executor sends
+    steps to other processes (Celery workers), which load the job from its module, so the run executes
+    the reconstructable job instead of the one in memory.
     """
     origins = location_origins_from_yaml_paths([str(workspace_file)])
     if len(origins) != 1:
@@ -150,7 +153,7 @@ def execute_in_code_location(
         job_code_origin=reconstructable.get_python_origin(),
     )
     # The job is already in memory: executing the reconstructable one would import the module again.
-    execute_run(InMemoryJob(job_def), run, instance)
+    execute_run(reconstructable if steps_elsewhere else InMemoryJob(job_def), run, instance)
     finished = instance.get_run_by_id(run.run_id)
     assert finished is not None
     return finished

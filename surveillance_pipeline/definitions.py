@@ -18,6 +18,7 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_VARIABLE,
     data_dir,
 )
+from surveillance_pipeline.distributed import executor
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
 from surveillance_pipeline.geocoding.service import (
     DEFAULT_GEOCODER_URL,
@@ -36,13 +37,8 @@ from surveillance_pipeline.run_health import dead_runs_sensor
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.snapshots import definitions as snapshots
 
-# One process per run, not one per step: our steps form chains, and on two cores each extra process costs
-# seconds of imports while buying no parallelism. A step runs once its upstream steps have handed on their
-# outputs, even when one of them then failed: a species that fails fails its own partitions (reporting.py),
-# and the other species go on downstream.
-EXECUTOR = dg.in_process_executor.configured(
-    {"step_dependency_config": {"require_upstream_step_success": False}}, name="in_process_partitions"
-)
+# One process per run by default; Celery workers under SURVEILLANCE_PROFILE=distributed (distributed.py).
+EXECUTOR = executor()
 DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs, places.defs)
 
 

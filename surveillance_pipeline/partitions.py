@@ -5,6 +5,7 @@ from typing import Any
 
 import dagster as dg
 
+from surveillance_pipeline.distributed import species_backfill_policy
 from surveillance_pipeline.gbif.registry import partition_keys
 
 species_partitions = dg.StaticPartitionsDefinition(partition_keys())
@@ -17,11 +18,12 @@ batch_days = dg.DynamicPartitionsDefinition(name="batch_days")
 def species_asset(**asset_arguments: Any) -> Callable[..., dg.AssetsDefinition]:
     """``dg.asset`` for an asset with one partition per species.
 
-    A backfill of a range is one run: per-partition runs would each cost seconds of process start.
+    A backfill of a range is one run (per-partition runs would each cost seconds of process start), or,
+    under the distributed profile, runs of a few species each, which workers take side by side.
     """
     return dg.asset(
         partitions_def=species_partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(),
+        backfill_policy=species_backfill_policy(),
         **asset_arguments,
     )
 

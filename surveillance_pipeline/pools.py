@@ -1,4 +1,6 @@
-"""One writer per target: every asset names a pool after what it writes, and each pool admits one step.
+"""One writer per target: every asset names a pool after what it writes, and each pool admits one step
+(under the distributed profile, a species-partitioned asset's pool admits one step per worker: the steps
+are of different runs, so of different species, and each partition's advisory lock keeps one writer).
 
 dagster.yaml's ``pools: default_limit: 1`` is applied when Dagster first makes a pool's row, at the pool's
 first claim; two runs claiming a pool that has no row yet both got a slot (2 of 4 trials in the fault
@@ -12,27 +14,30 @@ from __future__ import annotations
 import dagster as dg
 
 from surveillance_pipeline.dagster_internals import show_automation_running
+from surveillance_pipeline.distributed import partition_writers
+from surveillance_pipeline.partitions import species_partitions
 
 POOL_LIMIT = 1
 
 
-def asset_pools(definitions: dg.Definitions) -> list[str]:
-    """The pools the definitions' assets name, sorted."""
-    pools = {
-        pool
-        for assets_def in definitions.resolve_asset_graph().assets_defs
-        if (pool := getattr(assets_def.node_def, "pool", None))
-    }
-    return sorted(pools)
+def asset_pools(definitions: dg.Definitions) -> dict[str, int]:
+    """The pools the definitions' assets name, each with the limit it gets, by name."""
+    limits: dict[str, int] = {}
+    for assets_def in definitions.resolve_asset_graph().assets_defs:
+        pool = getattr(assets_def.node_def, "pool", None)
+        if pool:
+            per_species = assets_def.partitions_def == species_partitions
+            limits[pool] = partition_writers() if per_species else POOL_LIMIT
+    return dict(sorted(limits.items()))
 
 
-def ensure_pool_limits(instance: dg.DagsterInstance, definitions: dg.Definitions) -> list[str]:
-    """Give each pool without a limit of its own the limit of one step; returns the pools it set."""
+def ensure_pool_limits(instance: dg.DagsterInstance, definitions: dg.Definitions) -> dict[str, int]:
+    """Give each pool without a limit of its own its limit; returns the pools it set, with their limits."""
     storage = instance.event_log_storage
     present = storage.get_concurrency_keys()
-    missing = [pool for pool in asset_pools(definitions) if pool not in present]
-    for pool in missing:
-        storage.set_concurrency_slots(pool, POOL_LIMIT)
+    missing = {pool: limit for pool, limit in asset_pools(definitions).items() if pool not in present}
+    for pool, limit in missing.items():
+        storage.set_concurrency_slots(pool, limit)
     return missing
 
 
@@ -41,8 +46,8 @@ def main() -> int:
     from surveillance_pipeline.definitions import defs
 
     with dg.DagsterInstance.get() as instance:
-        for pool in ensure_pool_limits(instance, defs):
-            print(f"pool {pool}: limit {POOL_LIMIT}")
+        for pool, limit in ensure_pool_limits(instance, defs).items():
+            print(f"pool {pool}: limit {limit}")
         if show_automation_running(instance):
             print("automation: shown as running (it runs as automation_sensor)")
     return 0

@@ -20,6 +20,25 @@ from typing import Any
 from urllib.parse import urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DONE = {"SUCCESS", "FAILURE", "CANCELED"}
+BACKFILL_DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+RUN_STATUS = "query Run($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
+RUNS_TAGGED = """
+query Tagged($tags: [ExecutionTag!]) {
+  runsOrError(filter: {tags: $tags}) { ... on Runs { results { runId status } } }
+}"""
+LAUNCH_BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+BACKFILL_STATUS = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } }
+}"""
 DAGSTER = PROJECT_ROOT / ".venv" / "bin" / "dagster"
 
 
@@ -129,3 +148,40 @@ class DagsterDev:
         if answer.get("errors"):
             raise RuntimeError(f"GraphQL errors: {answer['errors']}")
         return answer["data"]
+
+    def wait_run(self, run_id: str, timeout: float = 180) -> str:
+        """Wait for a run to finish; its status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.graphql(RUN_STATUS, {"id": run_id})["runOrError"]["status"]
+            if status in DONE:
+                return status
+            time.sleep(1)
+        raise TimeoutError(f"run {run_id} did not finish in {timeout} s")
+
+    def launch_backfill(self, assets: list[str], partitions: list[str]) -> str:
+        """A backfill of ``partitions`` of ``assets``, as the UI's dialog launches one; its id."""
+        params = {"assetSelection": [{"path": [name]} for name in assets], "partitionNames": partitions}
+        answer = self.graphql(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        if answer["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(f"backfill not launched: {answer}")
+        return answer["backfillId"]
+
+    def backfill_runs(self, backfill_id: str) -> list[dict[str, str]]:
+        runs = self.graphql(RUNS_TAGGED, {"tags": [{"key": "dagster/backfill", "value": backfill_id}]})
+        return runs["runsOrError"]["results"]
+
+    def wait_backfill(self, backfill_id: str, timeout: float = 400) -> tuple[str, list[str]]:
+        """Wait for a backfill and its runs to finish; its status and its runs."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.graphql(BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]
+            if status in BACKFILL_DONE:
+                break
+            time.sleep(2)
+        else:
+            raise TimeoutError(f"backfill {backfill_id} did not finish in {timeout} s")
+        run_ids = [run["runId"] for run in self.backfill_runs(backfill_id)]
+        for run_id in run_ids:
+            self.wait_run(run_id)
+        return status, run_ids

@@ -10,7 +10,9 @@ from typing import Any
 
 import dagster as dg
 import psycopg
+from psycopg import sql
 
+from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.dagster_internals import execute_in_code_location
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.lab.gbif_client import LabGbifClient
@@ -216,3 +218,43 @@ def materializations_in_run(instance: dg.DagsterInstance, run_id: str, asset: st
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
     events = [r.event_log_entry.asset_materialization for r in records]
     return {e.partition: e for e in events if e is not None and e.asset_key == dg.AssetKey(asset)}
+
+
+# Columns that name the Dagster run that wrote a row (random by design): a log, not content.
+RUN_RECORD_COLUMNS = {"run_id"}
+
+
+def rows_md5(conn: psycopg.Connection, table: str) -> str:
+    """md5 of a table's rows (timestamptz and run_id columns left out) in primary-key order."""
+    columns = [
+        name
+        for name, kind in conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+        if kind != "timestamp with time zone" and name not in RUN_RECORD_COLUMNS
+    ]
+    assert columns, f"table {table} is not there"
+    key = [
+        row[0]
+        for row in conn.execute(
+            "SELECT attribute.attname FROM pg_index AS index "
+            "JOIN pg_attribute AS attribute ON attribute.attrelid = index.indrelid "
+            "AND attribute.attnum = ANY(index.indkey) "
+            "WHERE index.indrelid = to_regclass(%s) AND index.indisprimary ORDER BY attribute.attnum",
+            [table],
+        ).fetchall()
+    ]
+    row_text = sql.SQL("ROW({})::text").format(sql.SQL(", ").join(map(sql.Identifier, columns)))
+    order = sql.SQL(", ").join(map(sql.Identifier, key)) if key else row_text
+    statement = sql.SQL(
+        "SELECT md5(coalesce(string_agg({row}, E'\\n' ORDER BY {order}), '')) FROM {table}"
+    ).format(row=row_text, order=order, table=sql.Identifier(table))
+    result = conn.execute(statement).fetchone()
+    assert result is not None
+    return result[0]
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}

@@ -25,9 +25,7 @@ from typing import Any
 import dagster as dg
 import psycopg
 import pytest
-from psycopg import sql
 
-from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab.run import batch_days_present, prepare_lab_inputs, run_plan
@@ -38,8 +36,10 @@ from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.pipeline import (
     check_evaluations,
     execute_as_launched,
+    file_hashes,
     materialized_in_run,
     resources,
+    rows_md5,
 )
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
@@ -50,8 +50,6 @@ SPECIES_COUNT = 6
 EXCLUDED_GROUPS = {PUBLISHING_GROUP: "needs GBIF credentials and posts to GBIF; see test_registration"}
 # Folders of data/ that hold inputs the lab writes before the runs (deliveries, batches), not outputs.
 INPUT_FOLDERS = ("deliveries", "batches")
-# Columns that name the Dagster run that wrote a row (random by design): a log, not content.
-RUN_RECORD_COLUMNS = {"run_id"}
 # The refresh machinery's own tables: run ids and times by design; what they hold is checked elsewhere.
 # Made by the migrations of the project's own tables on first connect, whichever assets run.
 STATE_TABLES = {
@@ -106,42 +104,6 @@ def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Pat
     return materialized
 
 
-def table_md5(conn: psycopg.Connection, table: str) -> str:
-    """md5 of a table's rows (timestamptz and run_id columns left out) in primary-key order."""
-    columns = [
-        name
-        for name, kind in conn.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
-            [table],
-        ).fetchall()
-        if kind != "timestamp with time zone" and name not in RUN_RECORD_COLUMNS
-    ]
-    assert columns, f"table {table} is not there"
-    key = [
-        row[0]
-        for row in conn.execute(
-            "SELECT attribute.attname FROM pg_index AS index "
-            "JOIN pg_attribute AS attribute ON attribute.attrelid = index.indrelid "
-            "AND attribute.attnum = ANY(index.indkey) "
-            "WHERE index.indrelid = to_regclass(%s) AND index.indisprimary ORDER BY attribute.attnum",
-            [table],
-        ).fetchall()
-    ]
-    row_text = sql.SQL("ROW({})::text").format(sql.SQL(", ").join(map(sql.Identifier, columns)))
-    order = sql.SQL(", ").join(map(sql.Identifier, key)) if key else row_text
-    statement = sql.SQL(
-        "SELECT md5(coalesce(string_agg({row}, E'\\n' ORDER BY {order}), '')) FROM {table}"
-    ).format(row=row_text, order=order, table=sql.Identifier(table))
-    result = conn.execute(statement).fetchone()
-    assert result is not None
-    return result[0]
-
-
-def file_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def data_versions(defs: dg.Definitions, instance: dg.DagsterInstance, keys, root: Path) -> dict[str, Any]:
     """Dagster's latest data version of every partition of every covered asset."""
     versions: dict[str, Any] = {}
@@ -162,7 +124,7 @@ def data_versions(defs: dg.Definitions, instance: dg.DagsterInstance, keys, root
 
 def snapshot(defs, instance, database_url: str, root: Path, covered) -> dict[str, Any]:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        tables = {table: table_md5(conn, table) for outputs in covered.values() for table in outputs.tables}
+        tables = {table: rows_md5(conn, table) for outputs in covered.values() for table in outputs.tables}
     return {
         "tables": tables,
         "files": file_hashes(root),

@@ -9,6 +9,7 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.core.migrations import MIGRATIONS, Migration, applied_version, migrate
+from surveillance_pipeline.core.refresh import worker_name
 from surveillance_pipeline_tests.pipeline import SPINE, resources
 
 pytestmark = [pytest.mark.db]
@@ -89,12 +90,13 @@ def test_a_release_from_before_migrations_records_them_without_losing_a_row(db):
 
 
 def _as_the_last_release_left_it(db):
-    """Undo migrations 3-6 as the last release had them: job_state(job, ...), the ledgers made by their
-    domains (kept, as they were), and state_migrations at version 2."""
+    """Undo migrations 3-7 as the last release had them: job_state(job, ...), the ledgers made by their
+    domains (kept, as they were), provenance without `worker`, and state_migrations at version 2."""
     db.execute("DROP VIEW job_state")
     db.execute("ALTER TABLE target_state RENAME TO job_state")
     db.execute("ALTER TABLE job_state RENAME COLUMN target TO job")
     db.execute("ALTER INDEX target_state_pkey RENAME TO job_state_pkey")
+    db.execute("ALTER TABLE provenance DROP COLUMN worker")
     db.execute("DELETE FROM state_migrations WHERE version > 2")
 
 
@@ -109,6 +111,9 @@ def test_a_warehouse_from_the_last_release_keeps_its_snapshots_across_the_upgrad
                 resources=resources(database_url, data_dir),
             )
         assert result.success
+        # Each row names the process that wrote it (migration 7): here, this one.
+        workers = db.execute("SELECT DISTINCT worker FROM provenance WHERE run_id = %s", [result.run_id])
+        assert workers.fetchall() == [(worker_name(),)]
         return db.execute(
             "SELECT asset, action FROM provenance WHERE run_id = %s ORDER BY asset", [result.run_id]
         ).fetchall()

@@ -14,7 +14,17 @@ def test_every_asset_pool_gets_a_limit_of_one_and_a_users_own_limit_stays(postgr
     storage = postgres_instance.event_log_storage
     storage.set_concurrency_slots("occurrences", 2)  # what a user may set in the UI
 
-    assert ensure_pool_limits(postgres_instance, defs) == [p for p in pools if p != "occurrences"]
+    assert ensure_pool_limits(postgres_instance, defs) == {p: POOL_LIMIT for p in pools if p != "occurrences"}
     limits = {pool: storage.get_concurrency_info(pool).slot_count for pool in pools}
     assert limits == {pool: 2 if pool == "occurrences" else POOL_LIMIT for pool in pools}
-    assert ensure_pool_limits(postgres_instance, defs) == []
+    assert ensure_pool_limits(postgres_instance, defs) == {}
+
+
+def test_under_the_distributed_profile_a_species_pool_admits_one_step_per_worker(monkeypatch):
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    monkeypatch.setenv("SURVEILLANCE_PARTITION_WRITERS", "3")
+    limits = asset_pools(defs)
+    # Species-partitioned: different runs hold different species, and each partition has its own lock.
+    assert limits["occurrences"] == limits["gbif_raw"] == 3
+    # Whole targets keep one writer.
+    assert limits["devil_snapshot"] == limits["sample_export"] == limits["occurrence_feed"] == POOL_LIMIT

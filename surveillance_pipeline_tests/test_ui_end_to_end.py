@@ -25,13 +25,11 @@ from surveillance_pipeline.reporting import partition_range_tags, recorded_data_
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline_tests.browser import Browser
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev
+from surveillance_pipeline_tests.dagster_dev import DONE, PROJECT_ROOT, RUNS_TAGGED, DagsterDev
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
 
 pytestmark = [pytest.mark.db, pytest.mark.e2e]
 OUTPUT = PROJECT_ROOT / "test-output" / "e2e"
-DONE = {"SUCCESS", "FAILURE", "CANCELED"}
-BACKFILL_DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 # The species job's assets, as the code location defines them.
 SPECIES_ASSETS = tuple(sorted(defs.resolve_job_def(SPECIES_ASSETS_JOB).graph.node_dict))
 
@@ -43,23 +41,6 @@ mutation Launch($params: ExecutionParams!) {
     ... on PythonError { message }
     ... on RunConfigValidationInvalid { errors { message } }
   }
-}"""
-RUN_STATUS = "query Run($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
-RUNS_TAGGED = """
-query Tagged($tags: [ExecutionTag!]) {
-  runsOrError(filter: {tags: $tags}) { ... on Runs { results { runId status } } }
-}"""
-LAUNCH_BACKFILL = """
-mutation Backfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}"""
-BACKFILL_STATUS = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } }
 }"""
 BACKFILLS = "{ partitionBackfillsOrError(limit: 20) { ... on PartitionBackfills { results { id } } } }"
 ASSETS = "{ assetNodes { assetKey { path } isPartitioned isMaterializable partitionKeys } }"
@@ -136,16 +117,6 @@ def _launch(server, assets, partition=None, run_config=None, tags=None):
     return answer["run"]["runId"]
 
 
-def _wait_run(server, run_id, timeout=180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = server.graphql(RUN_STATUS, {"id": run_id})["runOrError"]["status"]
-        if status in DONE:
-            return status
-        time.sleep(1)
-    raise TimeoutError(f"run {run_id} did not finish in {timeout} s")
-
-
 def _wait_tagged_run(server, key, value, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -160,23 +131,6 @@ def _holds(warehouse, target="devil_snapshot"):
     with psycopg.connect(warehouse) as conn:
         row = conn.execute("SELECT job_key, parts FROM target_state WHERE target = %s", [target]).fetchone()
     return row
-
-
-def _wait_backfill(server, backfill_id, timeout=400):
-    """Wait for a backfill and its runs to finish; its status, its runs and the actions they recorded."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = server.graphql(BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]
-        if status in BACKFILL_DONE:
-            break
-        time.sleep(2)
-    else:
-        raise TimeoutError(f"backfill {backfill_id} did not finish in {timeout} s")
-    runs = server.graphql(RUNS_TAGGED, {"tags": [{"key": "dagster/backfill", "value": backfill_id}]})
-    run_ids = [run["runId"] for run in runs["runsOrError"]["results"]]
-    for run_id in run_ids:
-        _wait_run(server, run_id)
-    return status, run_ids
 
 
 def _actions(warehouse, run_ids, assets=None):
@@ -319,7 +273,7 @@ def _launch_stale(server, stale):
         by_partition.setdefault(partition, []).append(asset)
     run_ids = [_launch(server, assets, partition=partition) for partition, assets in by_partition.items()]
     for run_id in run_ids:
-        assert _wait_run(server, run_id) == "SUCCESS", run_id
+        assert server.wait_run(run_id) == "SUCCESS", run_id
     return run_ids
 
 
@@ -381,7 +335,7 @@ def test_a_user_session_in_the_ui(stack):
         )["launchPipelineReexecution"]
         assert answer["__typename"] == "LaunchRunSuccess", answer
         again = answer["run"]["runId"]
-        assert _wait_run(server, again) == "SUCCESS"
+        assert server.wait_run(again) == "SUCCESS"
         actions = _actions(warehouse, [again], set(SPECIES_ASSETS))
         assert Counter(a for acts in actions.values() for a in acts) == {"skipped": 71 * len(SPECIES_ASSETS)}
         step("1b make run's runs under their job, re-executed")
@@ -397,7 +351,7 @@ def test_a_user_session_in_the_ui(stack):
         browser.screenshot(OUTPUT / "backfill-dialog.png")
         browser.click(r"^Launch")
         backfill_id = _new_backfill(server, known)
-        status, run_ids = _wait_backfill(server, backfill_id)
+        status, run_ids = server.wait_backfill(backfill_id)
         assert status in ("COMPLETED", "COMPLETED_SUCCESS"), status
         actions = _actions(warehouse, run_ids, {"occurrence_sample"})
         assert Counter(a for acts in actions.values() for a in acts) == {"skipped": 71}
@@ -436,7 +390,7 @@ def test_a_user_session_in_the_ui(stack):
         gbif.edit_species(DEVIL_SLUG, _drop_lowest_id)
         change_time = time.time()
         raw_run = _launch(server, ["gbif_raw"], partition=DEVIL_SLUG)
-        assert _wait_run(server, raw_run) == "SUCCESS"
+        assert server.wait_run(raw_run) == "SUCCESS"
         assert _actions(warehouse, [raw_run]) == {("gbif_raw", DEVIL_SLUG): ["loaded"]}
         downstream = {(asset, DEVIL_SLUG) for asset in SPECIES_ASSETS if asset != "gbif_raw"}
         # Dagster marks stale what reads a changed version directly; each level, once loaded, either passes
@@ -483,7 +437,7 @@ def test_a_user_session_in_the_ui(stack):
             failing = _launch(
                 server, ["gbif_derived", "occurrences"], tags=partition_range_tags(keys[0], keys[-1])
             )
-            assert _wait_run(server, failing, timeout=300) == "FAILURE"
+            assert server.wait_run(failing, timeout=300) == "FAILURE"
         finally:
             raw.write_bytes(saved)
         for asset in ("gbif_derived", "occurrences"):
@@ -513,7 +467,7 @@ def test_a_user_session_in_the_ui(stack):
     # 7. Two runs of one target at once: the pool makes one wait; nothing is doubled.
     config = {"ops": {"devil_snapshot": {"config": {"cap": 500}}}}
     pair = [_launch(server, ["devil_snapshot"], run_config=config) for _ in range(2)]
-    assert [_wait_run(server, run_id) for run_id in pair] == ["SUCCESS", "SUCCESS"]
+    assert [server.wait_run(run_id) for run_id in pair] == ["SUCCESS", "SUCCESS"]
     windows = []
     for run_id in pair:
         events = {

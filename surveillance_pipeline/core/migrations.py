@@ -47,6 +47,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "create_batch_ledger"),
     Migration(5, "create_external_calls"),
     Migration(6, "create_geocode_calls"),
+    Migration(7, "add_provenance_worker"),
 )
 
 

@@ -8,6 +8,8 @@ they were.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +162,12 @@ def last_loaded_parts(conn: psycopg.Connection, target: str, partition_key: str)
     return row[0] if row else None
 
 
+def worker_name() -> str:
+    """This process as ``host:pid``: which machine and process loaded a partition (a Celery worker's, or
+    the run's own)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def record_provenance(
     conn: psycopg.Connection,
     *,
@@ -182,6 +190,7 @@ def record_provenance(
             "parts": Jsonb(outcome.parts),
             "rows": outcome.rows,
             "detail": Jsonb(dict(detail)) if detail is not None else None,
+            "worker": worker_name(),
         },
     ).fetchone()
     if row is None:

@@ -21,3 +21,41 @@ GEOCODER_LEDGER_SALT_VARIABLE = "GEOCODER_LEDGER_SALT"
 def data_dir() -> Path:
     """``SURVEILLANCE_DATA_DIR``, else ``data/`` at the project root. Not a secret, so read at load."""
     return Path(os.environ.get(DATA_DIR_VARIABLE) or PROJECT_ROOT / "data").resolve()
+
+
+# The distributed profile (docs/scaling.md): species runs execute their steps on Celery workers.
+PROFILE_VARIABLE = "SURVEILLANCE_PROFILE"
+LOCAL_PROFILE = "local"
+DISTRIBUTED_PROFILE = "distributed"
+REDIS_URL_VARIABLE = "REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# How many species one run of a backfill covers under the distributed profile.
+PARTITIONS_PER_RUN_VARIABLE = "SURVEILLANCE_PARTITIONS_PER_RUN"
+DEFAULT_PARTITIONS_PER_RUN = 8
+# How many steps of one species-partitioned asset may run at once (different runs, different species):
+# the workers' count is the useful value.
+PARTITION_WRITERS_VARIABLE = "SURVEILLANCE_PARTITION_WRITERS"
+DEFAULT_PARTITION_WRITERS = 2
+# Seconds before Redis hands an unacknowledged step to another worker: how long a step of a dead worker
+# waits to be taken over, and the longest a step may run before a second worker starts it as well.
+STEP_VISIBILITY_TIMEOUT_VARIABLE = "SURVEILLANCE_STEP_VISIBILITY_TIMEOUT"
+DEFAULT_STEP_VISIBILITY_TIMEOUT = 3600
+
+
+def profile() -> str:
+    """``SURVEILLANCE_PROFILE``: ``local`` (the default: one process per run) or ``distributed``."""
+    chosen = os.environ.get(PROFILE_VARIABLE, "").strip() or LOCAL_PROFILE
+    if chosen not in (LOCAL_PROFILE, DISTRIBUTED_PROFILE):
+        raise ValueError(
+            f"{PROFILE_VARIABLE}={chosen!r}: expected {LOCAL_PROFILE!r} or {DISTRIBUTED_PROFILE!r}"
+        )
+    return chosen
+
+
+def positive_int(variable: str, default: int) -> int:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{variable}={text!r}: expected a whole number of at least 1")
+    return int(text)

@@ -25,6 +25,7 @@ from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
 from surveillance_pipeline.dagster_internals import SerializableErrorInfo, execute_in_code_location
 from surveillance_pipeline.definitions import defs
+from surveillance_pipeline.distributed import is_distributed
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.jobs import (
     BATCH_DAYS_JOB,
@@ -118,6 +119,7 @@ def run_all_partitions(
             attribute="defs",
             run_config=quiet_run_config(job.graph.node_dict),
             tags=tags,
+            steps_elsewhere=is_distributed(),
         )
         runs.append(run)
         if run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run):

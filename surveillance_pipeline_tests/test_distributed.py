@@ -1,0 +1,263 @@
+"""The distributed profile end to end: species backfills through the daemon on two Celery workers.
+
+A real `dagster dev` (webserver and daemon) with SURVEILLANCE_PROFILE=distributed, a private Redis, and two
+workers started as `make workers` starts them, each its own process with only the environment. The backfill
+covers every species partition of every species asset (of a registry of SPECIES_COUNT species, so the suite
+stays short), split into runs of PER_RUN species. Then:
+
+- every partition loaded exactly once, and both workers loaded some (provenance names host:pid);
+- the tables and files equal what `make run` gives in one process on the same registry;
+- a second backfill skips everything;
+- a worker SIGKILLed in the middle of a backfill, inside a load's transaction, loses nothing: every
+  partition is loaded once (its step, redelivered to the other worker, skips what the dead worker had
+  committed) or reported failed and loaded by a retry, and the outputs again equal the single-process
+  run's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from surveillance_pipeline.definitions import defs
+from surveillance_pipeline.gbif.registry import packaged_registry_path
+from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
+from surveillance_pipeline.outputs import declared_outputs
+from surveillance_pipeline.workers import worker_command
+from surveillance_pipeline_tests.conftest import scratch_database
+from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.faults.points import (
+    BEFORE_COMMIT,
+    BLOCK,
+    FAULT_ACTION_VARIABLE,
+    FAULT_ONCE_VARIABLE,
+    FAULT_POINT_VARIABLE,
+    FAULT_SIGNAL_VARIABLE,
+)
+from surveillance_pipeline_tests.pipeline import file_hashes, rows_md5
+from surveillance_pipeline_tests.redis_server import PrivateRedis
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster, pytest.mark.distributed]
+
+SPECIES_COUNT = 12
+PER_RUN = 4
+# Short, so a dead worker's step is taken over within the test; far above any step's time here.
+VISIBILITY_TIMEOUT = 20
+SPECIES_ASSETS = sorted(defs.resolve_job_def(SPECIES_ASSETS_JOB).graph.node_dict)
+
+
+def _outputs() -> tuple[list[str], list[str]]:
+    """The tables and data folders the species assets declare."""
+    tables: set[str] = set()
+    folders: set[str] = set()
+    for name in SPECIES_ASSETS:
+        assets_def = defs.resolve_assets_def(name)
+        outputs = declared_outputs(assets_def.metadata_by_key[assets_def.key])
+        assert outputs is not None, name
+        tables.update(outputs.tables)
+        folders.update(outputs.folders)
+    # The ledger a species asset appends to is compared by what it holds for the partitions, not here.
+    return sorted(tables - {"geocode_calls"}), sorted(folders)
+
+
+def _fingerprint(warehouse: str, data: Path) -> dict[str, object]:
+    tables, folders = _outputs()
+    with psycopg.connect(warehouse, autocommit=True) as conn:
+        rows = {table: rows_md5(conn, table) for table in tables}
+    files = {folder: file_hashes(data / folder) for folder in folders}
+    return {"tables": rows, "files": files}
+
+
+class Workers:
+    """Celery workers as `make workers` starts them: separate processes sharing only the environment."""
+
+    def __init__(self, env: dict[str, str], folder: Path) -> None:
+        self.env = env
+        self.folder = folder
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
+        log = (self.folder / f"{name}.log").open("wb")
+        self.processes[name] = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
+            worker_command(name),
+            cwd=PROJECT_ROOT,
+            env={**self.env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 90
+        while b" ready." not in (self.folder / f"{name}.log").read_bytes():
+            if self.processes[name].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker {name} did not start: {self.log(name)[-3000:]}")
+            time.sleep(0.5)
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def names(self) -> dict[str, str]:
+        """Each running worker's host:pid, as provenance records it."""
+        host = socket.gethostname()
+        return {f"{host}:{process.pid}": name for name, process in self.processes.items()}
+
+    def kill(self, name: str) -> None:
+        self.processes.pop(name).send_signal(signal.SIGKILL)
+
+    def stop(self, only: str | None = None) -> None:
+        chosen = [self.processes.pop(only)] if only else list(self.processes.values())
+        for process in chosen:
+            if process.poll() is None:
+                process.terminate()
+        for process in chosen:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _provenance(warehouse: str, run_ids: list[str]) -> list[tuple[str, str, str, str]]:
+    """(asset, partition, action, worker) of the species assets' partitions, in the order written (regions,
+    which region_assignment loads in each run, is left out)."""
+    with psycopg.connect(warehouse) as conn:
+        return conn.execute(
+            "SELECT asset, partition_key, action, worker FROM provenance"
+            " WHERE run_id = ANY(%s) AND asset = ANY(%s) ORDER BY id",
+            [run_ids, SPECIES_ASSETS],
+        ).fetchall()
+
+
+def _make_run(env: dict[str, str]) -> None:
+    """make run's own command, in one process (the local profile), on the same registry."""
+    completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
+        [sys.executable, "-m", "surveillance_pipeline.lab.run"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def cluster(server_url, tmp_path_factory):
+    root = tmp_path_factory.mktemp("distributed")
+    registry = root / "species.csv"
+    lines = packaged_registry_path().read_text(encoding="utf-8").splitlines()
+    registry.write_text("\n".join(lines[: SPECIES_COUNT + 1]) + "\n", encoding="utf-8")
+    species = [line.split(",")[1] for line in lines[1 : SPECIES_COUNT + 1]]
+    with (
+        scratch_database(server_url, "surveillance_celery") as warehouse,
+        scratch_database(server_url, "dagster_celery") as storage,
+        scratch_database(server_url, "surveillance_single") as reference_warehouse,
+        scratch_database(server_url, "dagster_single") as reference_storage,
+        PrivateRedis(root / "redis") as redis,
+    ):
+        common = {
+            "SURVEILLANCE_SPECIES_FILE": str(registry),
+            "GEOCODER_LEDGER_SALT": "distributed-test-salt",
+            "GBIF_SOURCE": "lab",
+        }
+        single = {
+            **os.environ,
+            **common,
+            **project_dagster_home(root / "single_home", reference_storage),
+            "SURVEILLANCE_PROFILE": "local",
+            "SURVEILLANCE_DATABASE_URL": reference_warehouse,
+            "SURVEILLANCE_DATA_DIR": str(root / "single_data"),
+        }
+        _make_run(single)
+        reference = _fingerprint(reference_warehouse, root / "single_data")
+
+        distributed = {
+            **common,
+            "SURVEILLANCE_PROFILE": "distributed",
+            "REDIS_URL": redis.url,
+            "SURVEILLANCE_PARTITIONS_PER_RUN": str(PER_RUN),
+            "SURVEILLANCE_PARTITION_WRITERS": "2",
+            "SURVEILLANCE_STEP_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT),
+        }
+        data = root / "data"
+        server = DagsterDev(root / "dagster_home", warehouse, storage, data, extra_env=distributed)
+        server.start()
+        workers = Workers(server.env, root)
+        try:
+            workers.start("worker1")
+            workers.start("worker2")
+            yield server, workers, warehouse, data, species, reference, root
+        finally:
+            workers.stop()
+            assert server.stop(), "a process of dagster dev's group was left behind"
+
+
+def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(cluster):
+    server, workers, warehouse, data, species, reference, root = cluster
+    every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
+
+    # 1. One backfill of every species partition, split into runs of PER_RUN species.
+    status, run_ids = server.wait_backfill(server.launch_backfill(SPECIES_ASSETS, species), timeout=900)
+    assert status == "COMPLETED_SUCCESS"
+    assert len(run_ids) >= SPECIES_COUNT // PER_RUN
+    rows = _provenance(warehouse, run_ids)
+    assert Counter((asset, slug) for asset, slug, _, _ in rows) == Counter(every)
+    assert {action for _, _, action, _ in rows} == {"loaded"}
+    # Only the workers executed steps, and both of them did.
+    assert {worker for _, _, _, worker in rows} == set(workers.names())
+
+    # 2. The same rows and bytes as make run in one process.
+    assert _fingerprint(warehouse, data) == reference
+
+    # 3. Again: everything skips.
+    status, again = server.wait_backfill(server.launch_backfill(SPECIES_ASSETS, species), timeout=900)
+    assert status == "COMPLETED_SUCCESS"
+    assert {(asset, slug, action) for asset, slug, action, _ in _provenance(warehouse, again)} == {
+        (asset, slug, "skipped") for asset, slug in every
+    }
+
+    # 4. A worker killed in the middle of a load. worker2 gives way to worker3, whose first load stops just
+    # before COMMIT (the fault suite's hook), so the kill lands inside a transaction, not between steps.
+    workers.stop("worker2")
+    signal_file = root / "worker3.signal"
+    blocked = {
+        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
+        FAULT_ACTION_VARIABLE: BLOCK,
+        FAULT_SIGNAL_VARIABLE: str(signal_file),
+        FAULT_ONCE_VARIABLE: "1",
+    }
+    workers.start("worker3", blocked)
+    worker3 = next(host_pid for host_pid, name in workers.names().items() if name == "worker3")
+    with psycopg.connect(warehouse, autocommit=True) as conn:
+        # Forget what the tables hold, so every table partition loads again.
+        conn.execute("DELETE FROM target_state")
+    backfill = server.launch_backfill(SPECIES_ASSETS, species)
+    deadline = time.monotonic() + 300
+    while not signal_file.exists():
+        assert time.monotonic() < deadline, "worker3 never reached a load's COMMIT"
+        time.sleep(0.2)
+    assert signal_file.read_text().split()[1] == worker3.split(":")[1]
+    workers.kill("worker3")
+    status, killed_runs = server.wait_backfill(backfill, timeout=900)
+    rows = _provenance(warehouse, killed_runs)
+    loaded = Counter((asset, slug) for asset, slug, action, _ in rows if action == "loaded")
+    assert not loaded or max(loaded.values()) == 1, "a partition was loaded twice"
+    # The tables load again; what lives in files skips (their state is the file itself).
+    missing = sorted(every - {(asset, slug) for asset, slug, _, _ in rows})
+    if missing:
+        # Reported failed by Dagster, then loaded by a retry of exactly those.
+        assert status != "COMPLETED_SUCCESS", missing
+        retry = server.launch_backfill(sorted({a for a, _ in missing}), sorted({s for _, s in missing}))
+        assert server.wait_backfill(retry, timeout=900)[0] == "COMPLETED_SUCCESS"
+        retried = _provenance(warehouse, [run["runId"] for run in server.backfill_runs(retry)])
+        assert set(missing) <= {(a, s) for a, s, _, _ in retried}
+        loaded.update((a, s) for a, s, action, _ in retried if action == "loaded")
+        assert max(loaded.values()) == 1, "a partition was loaded twice"
+    # No partition half-written: the outputs are the single-process run's again.
+    assert _fingerprint(warehouse, data) == reference
