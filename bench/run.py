@@ -703,6 +703,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[1_000_000, 5_000_000],
         help="records per generated download, comma-separated (default 1000000,5000000)",
     )
+    parser.add_argument(
+        "--distributed", action="store_true", help="also the distributed profile (bench/distributed.py)"
+    )
+    parser.add_argument(
+        "--only-distributed", action="store_true", help="only the distributed profile: bench/distributed.md"
+    )
+    parser.add_argument("--distributed-reps", type=int, default=1, help="repetitions of the speed-up")
     parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
     parser.add_argument("--download-reps", type=int, default=1, help="repetitions in the download section")
     parser.add_argument(
@@ -715,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
     server_url = os.environ[DATABASE_URL_VARIABLE]
     if args.only_downloads:
         return run_downloads_only(args, server_url)
+    if args.only_distributed:
+        return run_distributed_only(args, server_url)
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -747,6 +756,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.downloads:
             results["downloads"] = download_section(args, server_url, work)
+        if args.distributed:
+            from bench import distributed
+
+            section = distributed.measure_distributed(server_url, work, args.distributed_reps, machine())
+            print(distributed.write(args.out, section))
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
     results["ratios"] = summarize(results)
     results["verdicts"] = {k: verdict(k, v) for k, v in results["ratios"].items() if k in TARGETS}
@@ -791,3 +805,13 @@ def run_downloads_only(args: argparse.Namespace, server_url: str) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def run_distributed_only(args: argparse.Namespace, server_url: str) -> int:
+    """``--only-distributed``: Celery workers through the daemon; bench/distributed.md and .json."""
+    from bench import distributed
+
+    with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
+        section = distributed.measure_distributed(server_url, Path(folder), args.distributed_reps, machine())
+    print(distributed.write(args.out, section))
+    return 0

@@ -17,8 +17,6 @@ stays short), split into runs of PER_RUN species. Then:
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +30,7 @@ from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.outputs import declared_outputs
-from surveillance_pipeline.workers import worker_command
+from surveillance_pipeline_tests.celery_workers import Workers
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
 from surveillance_pipeline_tests.faults.points import (
@@ -75,52 +73,6 @@ def _fingerprint(warehouse: str, data: Path) -> dict[str, object]:
         rows = {table: rows_md5(conn, table) for table in tables}
     files = {folder: file_hashes(data / folder) for folder in folders}
     return {"tables": rows, "files": files}
-
-
-class Workers:
-    """Celery workers as `make workers` starts them: separate processes sharing only the environment."""
-
-    def __init__(self, env: dict[str, str], folder: Path) -> None:
-        self.env = env
-        self.folder = folder
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
-        log = (self.folder / f"{name}.log").open("wb")
-        self.processes[name] = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
-            worker_command(name),
-            cwd=PROJECT_ROOT,
-            env={**self.env, **(extra_env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 90
-        while b" ready." not in (self.folder / f"{name}.log").read_bytes():
-            if self.processes[name].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {name} did not start: {self.log(name)[-3000:]}")
-            time.sleep(0.5)
-
-    def log(self, name: str) -> str:
-        return (self.folder / f"{name}.log").read_text(errors="replace")
-
-    def names(self) -> dict[str, str]:
-        """Each running worker's host:pid, as provenance records it."""
-        host = socket.gethostname()
-        return {f"{host}:{process.pid}": name for name, process in self.processes.items()}
-
-    def kill(self, name: str) -> None:
-        self.processes.pop(name).send_signal(signal.SIGKILL)
-
-    def stop(self, only: str | None = None) -> None:
-        chosen = [self.processes.pop(only)] if only else list(self.processes.values())
-        for process in chosen:
-            if process.poll() is None:
-                process.terminate()
-        for process in chosen:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 def _provenance(warehouse: str, run_ids: list[str]) -> list[tuple[str, str, str, str]]:
