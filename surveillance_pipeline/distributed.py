@@ -22,6 +22,7 @@ The default (``local``) profile needs none of this: one process per run, no Redi
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import dagster as dg
@@ -88,7 +89,12 @@ def executor() -> dg.ExecutorDefinition:
     """The code location's executor for the profile in force."""
     if not is_distributed():
         return LOCAL_EXECUTOR
+    from celery.exceptions import DuplicateTaskNameWarning
     from dagster_celery import celery_executor  # only the distributed profile needs Celery
+
+    # dagster-celery registers its step task again for every step it submits; Celery 5.7 warns each time,
+    # a dozen lines per step of noise in every run's output, about a registration that is the same task.
+    warnings.filterwarnings("ignore", category=DuplicateTaskNameWarning)
 
     # A REDIS_URL may hold a password: then the executor reads it from the environment at run time, and
     # the definitions (shown in the UI) hold only the variable's name.
