@@ -58,10 +58,8 @@ def _columns(db, table):
     }
 
 
-@pytest.mark.dagster
-def test_a_warehouse_from_before_provenance_v2_is_migrated_and_loads(db, database_url, data_dir):
-    db.execute(BEFORE_PROVENANCE_V2)
-    assert "detail" not in _columns(db, "provenance") and applied_version(db) == 0
+def _load_the_devil(database_url, data_dir) -> str:
+    """gbif_raw, gbif_derived and occurrences of one species through Dagster; the run's id."""
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             SPINE,
@@ -70,6 +68,14 @@ def test_a_warehouse_from_before_provenance_v2_is_migrated_and_loads(db, databas
             resources=resources(database_url, data_dir),
         )
     assert result.success
+    return result.run_id
+
+
+@pytest.mark.dagster
+def test_a_warehouse_from_before_provenance_v2_is_migrated_and_loads(db, database_url, data_dir):
+    db.execute(BEFORE_PROVENANCE_V2)
+    assert "detail" not in _columns(db, "provenance") and applied_version(db) == 0
+    _load_the_devil(database_url, data_dir)
     assert "detail" in _columns(db, "provenance")
     assert [
         row[0] for row in db.execute("SELECT version FROM state_migrations ORDER BY version")
@@ -103,19 +109,12 @@ def _as_the_last_release_left_it(db):
 @pytest.mark.dagster
 def test_a_warehouse_from_the_last_release_keeps_its_snapshots_across_the_upgrade(db, database_url, data_dir):
     def run():
-        with dg.instance_for_test() as instance:
-            result = dg.materialize(
-                SPINE,
-                instance=instance,
-                partition_key="sarcophilus-harrisii",
-                resources=resources(database_url, data_dir),
-            )
-        assert result.success
+        run_id = _load_the_devil(database_url, data_dir)
         # Each row names the process that wrote it (migration 7): here, this one.
-        workers = db.execute("SELECT DISTINCT worker FROM provenance WHERE run_id = %s", [result.run_id])
+        workers = db.execute("SELECT DISTINCT worker FROM provenance WHERE run_id = %s", [run_id])
         assert workers.fetchall() == [(worker_name(),)]
         return db.execute(
-            "SELECT asset, action FROM provenance WHERE run_id = %s ORDER BY asset", [result.run_id]
+            "SELECT asset, action FROM provenance WHERE run_id = %s ORDER BY asset", [run_id]
         ).fetchall()
 
     assert {action for _, action in run()} == {"loaded"}
