@@ -39,7 +39,7 @@ test: provision ## Run the whole test suite against the provisioned PostGIS (and
 	@bash scripts/provision_chromium.sh
 	@bash scripts/provision_redis.sh --install-only
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
+	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: provision ## The suite without the browser session and the Celery workers: the edit-test loop
 	@mkdir -p .dagster

@@ -107,3 +107,13 @@ def postgres_instance(dagster_storage_url: str):
     with dg.instance_for_test(overrides=overrides) as instance:
         instance.wipe()
         yield instance
+
+
+# The two sessions that take minutes (the browser session, the Celery workers) start first, one on each
+# xdist worker (with --no-loadscope-reorder, files are handed out in this order), and the short files fill
+# in around them; left to the default order they came last, and could queue behind each other.
+LONG_SESSIONS = ("e2e", "distributed")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in LONG_SESSIONS))
