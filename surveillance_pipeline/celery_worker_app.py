@@ -6,12 +6,16 @@ A worker loads the code location itself for each step (from the run's origin), s
 the process that launched the run.
 """
 
+import os
+
 from dagster_celery.executor import CeleryExecutor
 from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_task
 
-from surveillance_pipeline.distributed import celery_settings, redis_url
+from surveillance_pipeline.distributed import STEP_WORKER_VARIABLE, celery_settings, redis_url
 
+# Read by Warehouse: a step executed here must not claim the run as this process's (run_health.py).
+os.environ[STEP_WORKER_VARIABLE] = "1"
 app = make_app(
     CeleryExecutor.for_cli(
         broker=redis_url(), backend=redis_url(), config_source=celery_settings()

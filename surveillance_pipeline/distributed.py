@@ -43,6 +43,8 @@ from surveillance_pipeline.core.settings import (
 
 # Celery's queue for our steps (dagster-celery's default queue).
 QUEUE = "dagster"
+# Set in a Celery worker's process (celery_worker_app.py): it executes steps of other processes' runs.
+STEP_WORKER_VARIABLE = "SURVEILLANCE_STEP_WORKER"
 # One run, one process: our steps form chains, and on two cores each extra process costs seconds of
 # imports while buying no parallelism. A step runs once its upstream steps have handed on their outputs,
 # even when one of them then failed: a species that fails fails its own partitions (reporting.py), and the
@@ -54,6 +56,11 @@ LOCAL_EXECUTOR = dg.in_process_executor.configured(
 
 def is_distributed() -> bool:
     return profile() == DISTRIBUTED_PROFILE
+
+
+def in_step_worker() -> bool:
+    """Whether this process is a Celery worker, executing a step of a run that lives in another process."""
+    return os.environ.get(STEP_WORKER_VARIABLE) == "1"
 
 
 def redis_url() -> str:

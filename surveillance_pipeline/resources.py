@@ -9,6 +9,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.distributed import in_step_worker
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
 from surveillance_pipeline.gbif.client import API_SOURCE, DOWNLOAD_SOURCE, LAB_SOURCE, SOURCES, GbifClient
 from surveillance_pipeline.geocoding.service import (
@@ -32,8 +33,11 @@ class Warehouse(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # Every pooled step's run sets the warehouse up before its first step claims a pool slot: the
-        # moment to give back the slots of runs whose process was killed (run_health says why).
-        if context.instance is not None and context.run is not None:
+        # moment to give back the slots of runs whose process was killed (run_health says why). Not in a
+        # Celery worker: the run's process is the one that sent the step, and a worker that dies takes
+        # only its step, which Redis hands to another worker; tagging the run with the worker would have
+        # the next run on this host fail it.
+        if context.instance is not None and context.run is not None and not in_step_worker():
             claim_run_process(context.instance, context.run, context.log)
 
     def connect(self) -> psycopg.Connection:

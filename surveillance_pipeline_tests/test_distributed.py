@@ -30,6 +30,7 @@ from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.outputs import declared_outputs
+from surveillance_pipeline.run_health import PID_TAG
 from surveillance_pipeline_tests.celery_workers import Workers
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
@@ -51,6 +52,7 @@ PER_RUN = 4
 # Short, so a dead worker's step is taken over within the test; far above any step's time here.
 VISIBILITY_TIMEOUT = 20
 SPECIES_ASSETS = sorted(defs.resolve_job_def(SPECIES_ASSETS_JOB).graph.node_dict)
+RUN_TAGS = "query Tags($id: ID!) { runOrError(runId: $id) { ... on Run { tags { key value } } } }"
 
 
 def _outputs() -> tuple[list[str], list[str]]:
@@ -84,6 +86,11 @@ def _provenance(warehouse: str, run_ids: list[str]) -> list[tuple[str, str, str,
             " WHERE run_id = ANY(%s) AND asset = ANY(%s) ORDER BY id",
             [run_ids, SPECIES_ASSETS],
         ).fetchall()
+
+
+def _run_tags(server: DagsterDev, run_id: str) -> dict[str, str]:
+    answer = server.graphql(RUN_TAGS, {"id": run_id})["runOrError"]
+    return {tag["key"]: tag["value"] for tag in answer["tags"]}
 
 
 def _make_run(env: dict[str, str]) -> None:
@@ -163,6 +170,9 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     assert {action for _, _, action, _ in rows} == {"loaded"}
     # Only the workers executed steps, and both of them did.
     assert {worker for _, _, _, worker in rows} == set(workers.names())
+    # No run names a worker as its process: a worker that dies must not make the next run fail this one.
+    worker_pids = {host_pid.split(":")[1] for host_pid in workers.names()}
+    assert not {_run_tags(server, run_id).get(PID_TAG) for run_id in run_ids} & worker_pids
 
     # 2. The same rows and bytes as make run in one process.
     assert _fingerprint(warehouse, data) == reference
