@@ -37,7 +37,7 @@ from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import INTEGER_TERMS, TEXT_TERMS, escape
 from surveillance_pipeline.gbif.rules import (
     COORDINATE_TERMS,
-    decimal_text_problem,
+    coordinate_problem,
     gbif_id_text_problem,
     published_at_zero,
 )
@@ -513,10 +513,14 @@ def _checked(
             numbers.append(None)
             fields.append("")
             continue
-        problem = decimal_text_problem(value, limit)
+        # float(), as the columnar reader's cast accepts the same spellings; the range is the shared rule.
+        try:
+            number = float(value)
+        except ValueError:
+            raise fail(term, f"expected a number, got {value[:40]!r}") from None
+        problem = coordinate_problem(number, limit)
         if problem:
             raise fail(term, problem)
-        number = float(value)
         numbers.append(number)
         fields.append(repr(number))
     issues = sorted(issue.strip() for issue in values["issue"].split(";") if issue.strip())
