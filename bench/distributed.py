@@ -32,7 +32,7 @@ from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import load_registry, packaged_registry_path
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
-from surveillance_pipeline_tests.celery_workers import Workers
+from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.dagster_dev import DagsterDev
 from surveillance_pipeline_tests.redis_server import PrivateRedis
 from surveillance_pipeline_tests.scratch_databases import scratch_database
@@ -112,14 +112,10 @@ def measure_speedup(server_url: str, work: Path, reps: int) -> dict[str, Any]:
                     with psycopg.connect(warehouse, autocommit=True) as conn:
                         drop_project_tables(conn)
                         ensure_state_tables(conn)
-                    workers = Workers(server.env, work)
-                    try:
-                        for number in range(1, count + 1):
-                            workers.start(f"speedup{count}-{number}")
+                    names = [f"speedup{count}-{number}" for number in range(1, count + 1)]
+                    with workers_running(server.env, work, names):
                         log(f"speed-up: backfill with {count} worker(s)")
                         elapsed, run_ids = _timed_backfill(server, SPEEDUP_ASSETS, slugs)
-                    finally:
-                        workers.stop()
                     actions = _actions(warehouse, run_ids, ["occurrences"])
                     with psycopg.connect(warehouse) as conn:
                         counts: dict[int, int] = dict(
@@ -156,16 +152,13 @@ def measure_hop(server_url: str, work: Path) -> dict[str, Any]:
         env = _environment(redis.url, None, None)
         server = DagsterDev(work / "hop-celery-home", warehouse, celery_storage, data, extra_env=env)
         server.start()
-        workers = Workers(server.env, work)
         try:
-            workers.start("hop1")
-            workers.start("hop2")
-            log(f"hop: first backfill of {len(species)} species (loads)")
-            first, _ = _timed_backfill(server, SPECIES_ASSETS, species)
-            log("hop: no-change backfill on Celery workers")
-            celery, celery_runs = _timed_backfill(server, SPECIES_ASSETS, species)
+            with workers_running(server.env, work, ["hop1", "hop2"]):
+                log(f"hop: first backfill of {len(species)} species (loads)")
+                first, _ = _timed_backfill(server, SPECIES_ASSETS, species)
+                log("hop: no-change backfill on Celery workers")
+                celery, celery_runs = _timed_backfill(server, SPECIES_ASSETS, species)
         finally:
-            workers.stop()
             server.stop()
         celery_actions = _actions(warehouse, celery_runs, SPECIES_ASSETS)
         local_env = {"SURVEILLANCE_PROFILE": "local", "GEOCODER_LEDGER_SALT": env["GEOCODER_LEDGER_SALT"]}

@@ -6,6 +6,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from surveillance_pipeline.workers import worker_command
@@ -56,3 +58,15 @@ class Workers:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@contextmanager
+def workers_running(env: dict[str, str], folder: Path, names: list[str]) -> Iterator[Workers]:
+    """The named workers, started (each waited for until ready) and stopped at the end."""
+    workers = Workers(env, folder)
+    try:
+        for name in names:
+            workers.start(name)
+        yield workers
+    finally:
+        workers.stop()

@@ -29,9 +29,9 @@ import pytest
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
-from surveillance_pipeline.outputs import declared_outputs
+from surveillance_pipeline.outputs import DeclaredOutputs, declared_outputs
 from surveillance_pipeline.run_health import PID_TAG
-from surveillance_pipeline_tests.celery_workers import Workers
+from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
 from surveillance_pipeline_tests.faults.points import (
@@ -52,36 +52,46 @@ PER_RUN = 4
 # Short, so a dead worker's step is taken over within the test; far above any step's time here.
 VISIBILITY_TIMEOUT = 20
 SPECIES_ASSETS = sorted(defs.resolve_job_def(SPECIES_ASSETS_JOB).graph.node_dict)
+PARTITION_STATUS = """
+query Status($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      assetPartitionStatuses { ... on DefaultPartitionStatuses { materializedPartitions failedPartitions } }
+    }
+  }
+}"""
+LATEST_BY_PARTITION = """
+query Latest($key: AssetKeyInput!, $partitions: [String!]) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      latestMaterializationByPartition(partitions: $partitions) { partition tags { key value } }
+    }
+  }
+}"""
 RUN_TAGS = "query Tags($id: ID!) { runOrError(runId: $id) { ... on Run { tags { key value } } } }"
 
 
-def _outputs() -> tuple[list[str], list[str]]:
-    """The tables and data folders the species assets declare."""
-    tables: set[str] = set()
-    folders: set[str] = set()
+def _declared() -> dict[str, DeclaredOutputs]:
+    """Each species asset's declared tables and data folders."""
+    found = {}
     for name in SPECIES_ASSETS:
         assets_def = defs.resolve_assets_def(name)
         outputs = declared_outputs(assets_def.metadata_by_key[assets_def.key])
         assert outputs is not None, name
-        tables.update(outputs.tables)
-        folders.update(outputs.folders)
-    # The ledger a species asset appends to is compared by what it holds for the partitions, not here.
-    return sorted(tables - {"geocode_calls"}), sorted(folders)
+        found[name] = outputs
+    return found
 
 
 def _table_assets() -> list[str]:
     """The species assets that keep a table under job keys (their state rows are what step 4 forgets)."""
-    found = []
-    for name in SPECIES_ASSETS:
-        assets_def = defs.resolve_assets_def(name)
-        outputs = declared_outputs(assets_def.metadata_by_key[assets_def.key])
-        if outputs is not None and outputs.tables:
-            found.append(name)
-    return found
+    return [name for name, outputs in _declared().items() if outputs.tables]
 
 
 def _fingerprint(warehouse: str, data: Path) -> dict[str, object]:
-    tables, folders = _outputs()
+    declared = _declared().values()
+    # The ledger a species asset appends to is compared by what it holds for the partitions, not here.
+    tables = sorted({t for outputs in declared for t in outputs.tables} - {"geocode_calls"})
+    folders = sorted({folder for outputs in declared for folder in outputs.folders})
     with psycopg.connect(warehouse, autocommit=True) as conn:
         rows = {table: rows_md5(conn, table) for table in tables}
     files = {folder: file_hashes(data / folder) for folder in folders}
@@ -158,13 +168,10 @@ def cluster(server_url, tmp_path_factory):
         data = root / "data"
         server = DagsterDev(root / "dagster_home", warehouse, storage, data, extra_env=distributed)
         server.start()
-        workers = Workers(server.env, root)
         try:
-            workers.start("worker1")
-            workers.start("worker2")
-            yield server, workers, warehouse, data, species, reference, root
+            with workers_running(server.env, root, ["worker1", "worker2"]) as workers:
+                yield server, workers, warehouse, data, species, reference, root
         finally:
-            workers.stop()
             assert server.stop(), "a process of dagster dev's group was left behind"
 
 
@@ -184,6 +191,27 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     # No run names a worker as its process: a worker that dies must not make the next run fail this one.
     worker_pids = {host_pid.split(":")[1] for host_pid in workers.names()}
     assert not {_run_tags(server, run_id).get(PID_TAG) for run_id in run_ids} & worker_pids
+
+    # Dagster's own picture, as the UI shows it: every partition of every species asset materialized.
+    for asset in SPECIES_ASSETS:
+        statuses = server.graphql(PARTITION_STATUS, {"key": {"path": [asset]}})["assetNodeOrError"]
+        status = statuses["assetPartitionStatuses"]
+        assert (sorted(status["materializedPartitions"]), status["failedPartitions"]) == (
+            sorted(species),
+            [],
+        ), asset
+
+    # Each partition's data version, written from a worker, is the job key its state row holds.
+    with psycopg.connect(warehouse) as conn:
+        held = dict(
+            conn.execute("SELECT partition_key, job_key FROM target_state WHERE target = 'occurrences'")
+        )
+    latest = server.graphql(LATEST_BY_PARTITION, {"key": {"path": ["occurrences"]}, "partitions": species})
+    versions = {
+        event["partition"]: {tag["key"]: tag["value"] for tag in event["tags"]}.get("dagster/data_version")
+        for event in latest["assetNodeOrError"]["latestMaterializationByPartition"]
+    }
+    assert versions == held
 
     # 2. The same rows and bytes as make run in one process.
     assert _fingerprint(warehouse, data) == reference
