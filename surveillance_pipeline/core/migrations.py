@@ -48,6 +48,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "create_external_calls"),
     Migration(6, "create_geocode_calls"),
     Migration(7, "add_provenance_worker"),
+    Migration(8, "watch_targets"),
 )
 
 

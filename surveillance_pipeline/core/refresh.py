@@ -20,6 +20,19 @@ from psycopg.types.json import Jsonb
 
 from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fault_points import BEFORE_COMMIT, fault_point
+from surveillance_pipeline.core.fingerprints import (
+    EDITED_OUTSIDE,
+    UNKNOWN_DIGEST,
+    Fingerprint,
+    forget_edits,
+    mark_refreshing,
+    note_table_replaced,
+    partition_fingerprint,
+    partition_watch,
+    rewatch_partition,
+    verify_every_skip,
+    watch_target,
+)
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
 from surveillance_pipeline.core.migrations import migrate
 from surveillance_pipeline.core.sql_files import load_sql
@@ -50,43 +63,76 @@ def ensure_state_tables(conn: psycopg.Connection) -> None:
 
 
 def ensure_target_schema(conn: psycopg.Connection, target: Target) -> bool:
-    """Build the target's table at its current schema version; True when it was (re)built.
+    """Build the target's table at its current schema version, watched; True when it was built anew for
+    a new schema (or a first time), its state rows forgotten.
 
-    Must run inside the caller's transaction so a rebuild commits with the first load into it. A
-    rebuilt table is empty, so the target's state rows are deleted with it: no state row may describe
-    rows that are gone.
+    Must run inside the caller's transaction so a rebuild commits with the first load into it. A table
+    rebuilt for a new schema is empty, so the target's state rows are deleted with it: no state row may
+    describe rows that are gone. A table dropped or made again outside the pipeline (its oid is not the
+    one the watch was put on) is rebuilt too, but its state rows stay and every loaded partition is noted
+    as edited, so each reloads with that reason. A table built before the watch existed gets the watch.
 
     Loads of different partitions of one table hold the schema lock shared, so they run side by side;
     only a rebuild takes it exclusively, and it then waits for every load in flight to commit. The
-    version is re-read under the shared lock, because a rebuild may commit between the first read and
+    status is re-read under the shared lock, because a rebuild may commit between the first read and
     the lock.
     """
     lock = advisory_lock_id("schema", target.name)
-    if _schema_is_current(conn, target):
+    if _schema_status(conn, target) == SCHEMA_CURRENT:
         conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [lock])
-        if _schema_is_current(conn, target):
+        if _schema_status(conn, target) == SCHEMA_CURRENT:
             return False
     conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
-    if _schema_is_current(conn, target):
+    status = _schema_status(conn, target)
+    if status == SCHEMA_CURRENT:
+        return False
+    if status == SCHEMA_UNWATCHED:
+        watch_target(conn, target)
+        _record_schema(conn, target)
         return False
     table = sql.Identifier(target.name)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(table))
     conn.execute(target.create_statement(table))
+    watch_target(conn, target)
+    _record_schema(conn, target)
+    if status == SCHEMA_REPLACED:
+        note_table_replaced(conn, target, "table dropped or replaced")
+        return False
     conn.execute("DELETE FROM target_state WHERE target = %s", [target.name])
-    conn.execute(
-        "INSERT INTO target_schema (target, version) VALUES (%s, %s) "
-        "ON CONFLICT (target) DO UPDATE SET version = EXCLUDED.version, built_at = now()",
-        [target.name, target.schema_version],
-    )
     return True
 
 
-def _schema_is_current(conn: psycopg.Connection, target: Target) -> bool:
+SCHEMA_CURRENT = "current"
+# Built at an older schema version, or never: (re)build and forget the state rows.
+SCHEMA_STALE = "stale"
+# Built at this version, but the table is gone or is another table than the one the watch was put on.
+SCHEMA_REPLACED = "replaced"
+# Built at this version before the watch existed (migration 8): put the watch on it.
+SCHEMA_UNWATCHED = "unwatched"
+
+
+def _schema_status(conn: psycopg.Connection, target: Target) -> str:
     row = conn.execute(
-        "SELECT version = %s AND to_regclass(%s) IS NOT NULL FROM target_schema WHERE target = %s",
+        "SELECT version = %s, to_regclass(%s)::oid, table_oid FROM target_schema WHERE target = %s",
         [target.schema_version, target.name, target.name],
     ).fetchone()
-    return bool(row and row[0])
+    if row is None or not row[0]:
+        return SCHEMA_STALE
+    current_oid, watched_oid = row[1], row[2]
+    if current_oid is None:
+        return SCHEMA_REPLACED
+    if watched_oid is None:
+        return SCHEMA_UNWATCHED
+    return SCHEMA_CURRENT if current_oid == watched_oid else SCHEMA_REPLACED
+
+
+def _record_schema(conn: psycopg.Connection, target: Target) -> None:
+    conn.execute(
+        "INSERT INTO target_schema (target, version, table_oid) VALUES (%s, %s, to_regclass(%s)::oid) "
+        "ON CONFLICT (target) DO UPDATE SET version = EXCLUDED.version, table_oid = EXCLUDED.table_oid, "
+        "built_at = now()",
+        [target.name, target.schema_version, target.name],
+    )
 
 
 def refresh_partition(
@@ -95,17 +141,26 @@ def refresh_partition(
     target: Target,
     partition_key: str,
     parts: JobKeyParts | Callable[[psycopg.Connection], JobKeyParts],
-    replace_rows: Callable[[psycopg.Connection], int],
+    replace_rows: Callable[[psycopg.Connection], int | Fingerprint],
     run_id: str,
+    partition_value: int | None = None,
 ) -> RefreshOutcome:
     """Make the target hold the snapshot named by ``parts``, or skip if it already does.
 
     ``parts`` may be a function of the connection, called inside the transaction once the lock is held,
     for inputs that live in the database (an upstream state row read ``FOR SHARE``). ``replace_rows``
-    deletes the partition's rows and writes the new ones, returning the row count; it runs only when the
-    key differs, and whatever it raises rolls the whole transaction back.
+    deletes the partition's rows and writes the new ones, returning the row count (or the rows'
+    fingerprint, when it can take it more cheaply than a read of the target); it runs only when the key
+    differs or the partition no longer holds what its load wrote, and whatever it raises rolls the whole
+    transaction back. ``partition_value`` is the value of the target's partition column (the species_id)
+    for a partitioned target.
+
+    An equal key skips only when the partition still holds its snapshot: no edit noted against it since
+    its load, and a watch that could have noted one (else its fingerprint is compared).
     """
+    partition_ref = target.partition_ref(partition_value)
     with conn.transaction():
+        mark_refreshing(conn)
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(target.name, partition_key)])
         if callable(parts):
             parts = parts(conn)
@@ -115,18 +170,37 @@ def refresh_partition(
             load_sql(CORE, "select_target_state_for_update"),
             {"target": target.name, "partition_key": partition_key},
         ).fetchone()
-        previous_key, previous_parts, previous_rows = state if state else (None, None, 0)
+        previous_key, previous_parts, previous_rows, previous_digest = (
+            state if state else (None, None, 0, None)
+        )
 
+        edited = None
         if previous_key == job_key:
+            edited = _why_partition_differs(
+                conn,
+                target,
+                partition_key,
+                partition_ref,
+                Fingerprint(previous_rows, previous_digest or UNKNOWN_DIGEST),
+            )
+        if previous_key == job_key and edited is None:
             outcome = RefreshOutcome(
                 SKIPPED, NOTHING_CHANGED, job_key, parts.as_dict(), previous_rows, previous_key
             )
         else:
-            if previous_parts is None:
-                # No state row: a first load, or a table rebuilt for a new schema. History tells which.
-                previous_parts = last_loaded_parts(conn, target.name, partition_key)
-            reason = describe_change(previous_parts, parts)
-            rows = replace_rows(conn)
+            if edited is not None:
+                reason = edited
+            else:
+                if previous_parts is None:
+                    # No state row: a first load, or a table rebuilt for a new schema. History tells which.
+                    previous_parts = last_loaded_parts(conn, target.name, partition_key)
+                reason = describe_change(previous_parts, parts)
+            written = replace_rows(conn)
+            fingerprint = (
+                written
+                if isinstance(written, Fingerprint)
+                else partition_fingerprint(conn, target, partition_ref)
+            )
             conn.execute(
                 load_sql(CORE, "upsert_target_state"),
                 {
@@ -134,16 +208,57 @@ def refresh_partition(
                     "partition_key": partition_key,
                     "job_key": job_key,
                     "parts": Jsonb(parts.as_dict()),
-                    "rows": rows,
+                    "rows": fingerprint.rows,
+                    "partition_ref": partition_ref,
+                    "digest": fingerprint.digest,
                 },
             )
-            outcome = RefreshOutcome(LOADED, reason, job_key, parts.as_dict(), rows, previous_key)
+            forget_edits(conn, target, partition_ref)
+            outcome = RefreshOutcome(LOADED, reason, job_key, parts.as_dict(), fingerprint.rows, previous_key)
         record_provenance(
             conn, run_id=run_id, asset=target.name, partition_key=partition_key, outcome=outcome
         )
         if outcome.action == LOADED:
             fault_point(BEFORE_COMMIT, conn)
     return outcome
+
+
+def _why_partition_differs(
+    conn: psycopg.Connection, target: Target, partition_key: str, partition_ref: str, recorded: Fingerprint
+) -> str | None:
+    """Why a partition whose key is unchanged no longer holds its snapshot (None: it does).
+
+    The cheap path is one read: no edit noted and the watch intact. Otherwise (the watch was off, the
+    partition was loaded before fingerprints, or the connection asks for verification) its rows are
+    fingerprinted and compared; a partition found intact gets its watch back.
+    """
+    watch = partition_watch(conn, target, partition_ref)
+    if watch.edits:
+        return f"{EDITED_OUTSIDE} ({watch.edits})"
+    if watch.intact and recorded.digest != UNKNOWN_DIGEST and not verify_every_skip(conn):
+        return None
+    found = partition_fingerprint(conn, target, partition_ref)
+    if recorded.digest == UNKNOWN_DIGEST:
+        # Loaded before fingerprints: the count is all its state row knows; from now on, the digest too.
+        if found.rows != recorded.rows:
+            return f"{EDITED_OUTSIDE} (holds {found.rows} rows, its load wrote {recorded.rows})"
+        conn.execute(
+            load_sql(CORE, "update_target_state_fingerprint"),
+            {
+                "digest": found.digest,
+                "partition_ref": partition_ref,
+                "target": target.name,
+                "partition_key": partition_key,
+            },
+        )
+    elif found != recorded:
+        return (
+            f"{EDITED_OUTSIDE} (found by its fingerprint: {found.describe()}; "
+            f"its load wrote {recorded.describe()})"
+        )
+    if not watch.intact:
+        rewatch_partition(conn, target, partition_ref)
+    return None
 
 
 def held_job_key(conn: psycopg.Connection, target: str, partition_key: str) -> str | None:
@@ -199,7 +314,11 @@ def record_provenance(
 
 
 def upstream_job_key(conn: psycopg.Connection, target: str, partition_key: str) -> str:
-    """The key an upstream target holds, share-locked so it cannot reload under the reader's transaction."""
+    """The key an upstream target holds, share-locked so it cannot reload under the reader's transaction.
+
+    Refused while an edit made outside the pipeline is noted against the partition: its rows are not
+    the snapshot its key names, and whatever is made from them would carry that key all the same.
+    """
     row = conn.execute(
         load_sql(CORE, "select_target_key_for_share"), {"target": target, "partition_key": partition_key}
     ).fetchone()
@@ -207,7 +326,28 @@ def upstream_job_key(conn: psycopg.Connection, target: str, partition_key: str) 
         raise StaleInputError(
             f"{target} holds nothing for partition {partition_key!r}: materialize {target} first"
         )
-    return row[0]
+    if row[1]:
+        raise StaleInputError(
+            f"{target} partition {partition_key!r} was {EDITED_OUTSIDE.removeprefix('target ')} ({row[1]}) "
+            f"since its load: materialize {target} for {partition_key!r} to repair it first"
+        )
+    return str(row[0])
+
+
+def refuse_edited_targets(conn: psycopg.Connection, *targets: str) -> None:
+    """StaleInputError while an edit made outside the pipeline is noted against any partition of
+    ``targets``: an output read from them now would not be the one their keys name."""
+    rows = conn.execute(
+        "SELECT target, partition_ref, array_to_string(operations, ', ') FROM target_edits "
+        "WHERE target = ANY(%s) ORDER BY target, partition_ref LIMIT 5",
+        [list(targets)],
+    ).fetchall()
+    if rows:
+        listed = "; ".join(f"{target} partition {ref} ({operations})" for target, ref, operations in rows)
+        raise StaleInputError(
+            f"edited outside the pipeline since their load: {listed}: materialize "
+            f"{' and '.join(sorted({row[0] for row in rows}))} to repair them first"
+        )
 
 
 def report_derived_output(

@@ -16,6 +16,9 @@ from psycopg import sql
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.sql_files import load_sql
 
+# The partition_ref of a target kept whole.
+WHOLE_TARGET_REF = "all"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -32,6 +35,12 @@ class Target:
     schema_version: int = 1
     # Values the DDL names as literals (a CHECK's list), each a tuple of text: ``{name}`` in the file.
     ddl_literals: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The column that names the partition a row belongs to (``species_id``); None for a target kept whole.
+    # A partition's fingerprint is taken over the rows with its value, and an edit is noted against it.
+    partition_column: str | None = None
+    # Each partition is a table of its own, ``<name>_<partition_ref>``, attached to the target's table
+    # (occurrences): a statement addressed to it is watched there, not on the parent.
+    table_per_partition: bool = False
 
     @property
     def code_version(self) -> str:
@@ -46,6 +55,20 @@ class Target:
         }
         statement = load_sql(self.package, self.create_sql.format(version=self.schema_version))
         return statement.format(table=table, **literals)
+
+    def partition_ref(self, value: int | None) -> str:
+        """The text naming a partition's rows: the partition column's value, or ``all`` for a whole target."""
+        if self.partition_column is None:
+            return WHOLE_TARGET_REF
+        if value is None:
+            raise ValueError(
+                f"{self.name}: a partition of this target is named by its {self.partition_column}"
+            )
+        return str(int(value))
+
+    def partition_table(self, partition_ref: str) -> str | None:
+        """The table a partition is kept in when each partition has its own (else None)."""
+        return f"{self.name}_{partition_ref}" if self.table_per_partition else None
 
     def key_parts(self, input_checksum: str, config: Mapping[str, Any]) -> JobKeyParts:
         """The job key's parts for rows made from ``input_checksum`` under ``config`` by this target."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from surveillance_pipeline.core.fingerprints import mark_refreshing
 from surveillance_pipeline.core.keys import advisory_lock_id
 from surveillance_pipeline.core.refresh import ensure_state_tables
 
@@ -47,6 +48,8 @@ def apply_batch_once(
     # The ledger is one of the project's own tables: core/migrations.py creates and evolves it.
     ensure_state_tables(conn)
     with conn.transaction():
+        # A write of the pipeline's own: the watch on the target's table (core/fingerprints.py) lets it be.
+        mark_refreshing(conn)
         # Two runs with the same batch serialize here; the second then finds the ledger row.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id("batch", checksum)])
         seen = conn.execute(

@@ -13,12 +13,24 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from surveillance_pipeline.core.errors import InputError, text_lines
-from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.errors import InputError, StaleInputError, text_lines
+from surveillance_pipeline.core.fingerprints import (
+    EDITED_OUTSIDE,
+    UNKNOWN_DIGEST,
+    Fingerprint,
+    forget_edits,
+    mark_refreshing,
+    partition_fingerprint,
+    partition_watch,
+    rewatch_partition,
+)
+from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.refresh import (
     LOADED,
     SKIPPED,
+    WHOLE_TARGET,
     RefreshOutcome,
     ensure_target_schema,
     record_provenance,
@@ -37,6 +49,7 @@ ASSET = "occurrence_batches"
 # The data version of a day without a batch file.
 NO_BATCH = "none"
 BATCH_HEADER = "id,species,year,longitude,latitude,license"
+FEED_LOCK = advisory_lock_id("feed", OCCURRENCE_FEED.name)
 
 
 @dataclass(frozen=True)
@@ -105,20 +118,35 @@ def _check_coordinates(path: Path, where: str, raw_longitude: str, raw_latitude:
             raise InputError(path, where, name, problem)
 
 
+def _upsert_batch(conn: psycopg.Connection, batch: Batch) -> int:
+    conn.execute(load_sql(PACKAGE, "create_incoming_batch"))
+    with conn.cursor().copy("COPY incoming_batch FROM STDIN (FORMAT csv, HEADER true)") as copy:
+        copy.write(batch.data)
+    statement = load_sql(PACKAGE, "upsert_batch").format(occurrence_feed=sql.Identifier(OCCURRENCE_FEED.name))
+    rows = conn.execute(statement, {"batch_date": batch.day}).rowcount
+    conn.execute("DROP TABLE incoming_batch")
+    return rows
+
+
 def apply_batch(conn: psycopg.Connection, batch: Batch) -> BatchOutcome:
-    """Apply ``batch`` to occurrence_feed unless the ledger has its checksum; one transaction for both."""
+    """Apply ``batch`` to occurrence_feed unless the ledger has its checksum; one transaction for both.
+
+    The feed's fingerprint (the whole table's, in its state row under partition ``all``) is taken again
+    in the same transaction, with the ledger it now stands for.
+    """
 
     def upsert(connection: psycopg.Connection) -> int:
+        # One writer of the feed at a time: a batch never lands between a repair's read of the ledger and
+        # its replay.
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", [FEED_LOCK])
         if ensure_target_schema(connection, OCCURRENCE_FEED):
             # A rebuilt feed is empty: the ledger must forget what it had applied to the old one.
             connection.execute("DELETE FROM batch_ledger WHERE target = %s", [OCCURRENCE_FEED.name])
-        connection.execute(load_sql(PACKAGE, "create_incoming_batch"))
-        with connection.cursor().copy("COPY incoming_batch FROM STDIN (FORMAT csv, HEADER true)") as copy:
-            copy.write(batch.data)
-        statement = load_sql(PACKAGE, "upsert_batch").format(
-            occurrence_feed=sql.Identifier(OCCURRENCE_FEED.name)
+        rows = _upsert_batch(connection, batch)
+        _record_feed_state(
+            connection, [*_applied_batches(connection), (batch.checksum, batch.day.isoformat())]
         )
-        return connection.execute(statement, {"batch_date": batch.day}).rowcount
+        return rows
 
     return apply_batch_once(
         conn,
@@ -139,8 +167,98 @@ class DayOutcome:
     applied_at: str | None = None
 
 
+def _applied_batches(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """(checksum, day) of every batch the ledger applied to the feed, in the order they were applied."""
+    rows = conn.execute(
+        "SELECT checksum, partition_key FROM batch_ledger WHERE target = %s ORDER BY applied_at, checksum",
+        [OCCURRENCE_FEED.name],
+    ).fetchall()
+    return [(str(checksum), str(day)) for checksum, day in rows]
+
+
+def _feed_parts(applied: list[tuple[str, str]]) -> dict[str, object]:
+    ledger = sha256_hex(canonical_json([list(entry) for entry in applied]).encode("utf-8"))
+    return OCCURRENCE_FEED.key_parts(ledger, {}).as_dict()
+
+
+def _record_feed_state(conn: psycopg.Connection, applied: list[tuple[str, str]]) -> Fingerprint:
+    """The feed's state row: the ledger it stands for, and the fingerprint of what it holds now."""
+    fingerprint = partition_fingerprint(conn, OCCURRENCE_FEED, WHOLE_TARGET)
+    parts = _feed_parts(applied)
+    conn.execute(
+        load_sql("surveillance_pipeline.core", "upsert_target_state"),
+        {
+            "target": OCCURRENCE_FEED.name,
+            "partition_key": WHOLE_TARGET,
+            "job_key": sha256_hex(canonical_json(parts).encode("utf-8")),
+            "parts": Jsonb(parts),
+            "rows": fingerprint.rows,
+            "partition_ref": WHOLE_TARGET,
+            "digest": fingerprint.digest,
+        },
+    )
+    forget_edits(conn, OCCURRENCE_FEED, WHOLE_TARGET)
+    return fingerprint
+
+
+def repair_feed(conn: psycopg.Connection, folder: Path, run_id: str) -> RefreshOutcome | None:
+    """Rebuild occurrence_feed from the batches its ledger applied when it no longer holds what they
+    made (an edit noted by the watch, or, with the watch off, a fingerprint that differs); None when it
+    holds it. The batches are read again from ``folder`` and must be the bytes the ledger applied.
+    """
+    with conn.transaction():
+        mark_refreshing(conn)
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [FEED_LOCK])
+        ensure_target_schema(conn, OCCURRENCE_FEED)
+        state = conn.execute(
+            "SELECT rows, coalesce(digest, %s) FROM target_state WHERE target = %s AND partition_key = %s "
+            "FOR UPDATE",
+            [UNKNOWN_DIGEST, OCCURRENCE_FEED.name, WHOLE_TARGET],
+        ).fetchone()
+        applied = _applied_batches(conn)
+        if state is None and not applied:
+            return None
+        watch = partition_watch(conn, OCCURRENCE_FEED, WHOLE_TARGET)
+        reason = f"{EDITED_OUTSIDE} ({watch.edits})" if watch.edits else None
+        if reason is None and (state is None or state[1] == UNKNOWN_DIGEST or not watch.intact):
+            found = partition_fingerprint(conn, OCCURRENCE_FEED, WHOLE_TARGET)
+            recorded = Fingerprint(int(state[0]), state[1]) if state else None
+            if recorded is not None and recorded.digest == UNKNOWN_DIGEST and found.rows == recorded.rows:
+                _record_feed_state(conn, applied)  # applied before fingerprints: trusted by its count once
+            elif recorded is None or found != recorded:
+                expected = recorded.describe() if recorded else "no fingerprint"
+                reason = (
+                    f"{EDITED_OUTSIDE} (found by its fingerprint: {found.describe()}, expected {expected})"
+                )
+            if not watch.intact:
+                rewatch_partition(conn, OCCURRENCE_FEED, WHOLE_TARGET)
+        if reason is None:
+            return None
+        conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(OCCURRENCE_FEED.name)))
+        for checksum, day in applied:
+            path = batch_path(folder, day)
+            if not path.is_file() or sha256_file(path) != checksum:
+                raise StaleInputError(
+                    f"{path}: occurrence_feed cannot be rebuilt: the batch the ledger applied for {day} "
+                    f"(sha256 {checksum[:12]}) is no longer this file; put it back, or drop occurrence_feed "
+                    "to apply every batch on disk afresh"
+                )
+            _upsert_batch(conn, read_batch(path))
+        fingerprint = _record_feed_state(conn, applied)
+        parts = _feed_parts(applied)
+        outcome = RefreshOutcome(
+            LOADED, reason, sha256_hex(canonical_json(parts).encode("utf-8")), parts, fingerprint.rows
+        )
+        record_provenance(
+            conn, run_id=run_id, asset=OCCURRENCE_FEED.name, partition_key=WHOLE_TARGET, outcome=outcome
+        )
+    return outcome
+
+
 def apply_day(conn: psycopg.Connection, folder: Path, day: str, run_id: str) -> DayOutcome:
-    """Apply ``day``'s batch file, if there is one, once; record provenance either way."""
+    """Apply ``day``'s batch file, if there is one, once; record provenance either way. A feed edited
+    outside the pipeline is rebuilt from its ledger's batches first."""
+    repair_feed(conn, folder, run_id)
     path = batch_path(folder, day)
     if not path.exists():
         parts = OCCURRENCE_FEED.key_parts(NO_BATCH, {})

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, fault_point
+from surveillance_pipeline.core.fingerprints import Fingerprint, partition_fingerprint, watch_table
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,
@@ -34,7 +35,15 @@ from surveillance_pipeline.occurrences.derive import (
 
 PACKAGE = "surveillance_pipeline.occurrences"
 # Schema 2: one partition per species, each reload swapped in as a freshly loaded and indexed table.
-OCCURRENCES = Target("occurrences", PACKAGE, "create_occurrences", transform_version=1, schema_version=2)
+OCCURRENCES = Target(
+    "occurrences",
+    PACKAGE,
+    "create_occurrences",
+    transform_version=1,
+    schema_version=2,
+    partition_column="species_id",
+    table_per_partition=True,
+)
 COPY_BLOCK = 1 << 20
 
 
@@ -45,13 +54,16 @@ def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
     it) never collide with the indexes of the partition it replaces. ``species_id`` is an int composed
     as a literal because DDL (the CHECK, the partition bound) takes no bound parameters.
     """
-    partition = f"{OCCURRENCES.name}_{species_id}"
     return {
         "occurrences": sql.Identifier(OCCURRENCES.name),
-        "partition": sql.Identifier(partition),
-        "fresh": sql.Identifier(f"{partition}_{job_key[:16]}"),
+        "partition": sql.Identifier(f"{OCCURRENCES.name}_{species_id}"),
+        "fresh": sql.Identifier(fresh_table_name(species_id, job_key)),
         "species_id": sql.Literal(int(species_id)),
     }
+
+
+def fresh_table_name(species_id: int, job_key: str) -> str:
+    return f"{OCCURRENCES.name}_{int(species_id)}_{job_key[:16]}"
 
 
 @dataclass(frozen=True)
@@ -146,7 +158,7 @@ def load_occurrences(
     parts = occurrence_job_parts(derived, rules)
     config = parts.config
 
-    def replace_rows(connection: psycopg.Connection) -> int:
+    def replace_rows(connection: psycopg.Connection) -> Fingerprint:
         names = partition_names(species.species_id, parts.key)
         connection.execute(
             load_sql(PACKAGE, "upsert_species"),
@@ -181,10 +193,16 @@ def load_occurrences(
             },
         )
         connection.execute(load_sql(PACKAGE, "index_occurrences_partition").format(**names))
+        # Taken on the fresh table, before the swap locks the parent until COMMIT (and watched from then on).
+        fresh = fresh_table_name(species.species_id, parts.key)
+        fingerprint = partition_fingerprint(connection, OCCURRENCES, str(species.species_id), table=fresh)
+        if fingerprint.rows != cursor.rowcount:
+            raise RuntimeError(f"{fresh}: {fingerprint.rows} rows counted, {cursor.rowcount} inserted")
+        watch_table(connection, OCCURRENCES, fresh)
         connection.execute(load_sql(PACKAGE, "swap_occurrences_partition").format(**names))
         # The species' previous rows are dropped in this transaction now: a crash here must leave them.
         fault_point(AFTER_DELETE, connection)
-        return cursor.rowcount
+        return fingerprint
 
     return refresh_partition(
         conn,
@@ -193,4 +211,5 @@ def load_occurrences(
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
+        partition_value=species.species_id,
     )

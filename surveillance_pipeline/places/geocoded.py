@@ -28,7 +28,9 @@ from surveillance_pipeline.occurrences.derive import check_request
 from surveillance_pipeline.places.ledger import GeocodeRun, answers_for, entries_checksum, geocode_missing
 
 PACKAGE = "surveillance_pipeline.places"
-GEOCODED_LOCALITIES = Target("geocoded_localities", PACKAGE, "create_geocoded_localities")
+GEOCODED_LOCALITIES = Target(
+    "geocoded_localities", PACKAGE, "create_geocoded_localities", partition_column="species_id"
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ def refresh_geocoded_localities(
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
+        partition_value=species.species_id,
     )
     found = sum(1 for _, key in keyed if used.get(key, [None, None])[1] == "found")
     return GeocodedOutcome(outcome, run, len(keyed), found)

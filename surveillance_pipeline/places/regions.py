@@ -33,7 +33,9 @@ from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 
 PACKAGE = "surveillance_pipeline.places"
 REGIONS = Target("regions", PACKAGE, "create_regions")
-REGION_ASSIGNMENT = Target("region_assignment", PACKAGE, "create_region_assignment")
+REGION_ASSIGNMENT = Target(
+    "region_assignment", PACKAGE, "create_region_assignment", partition_column="species_id"
+)
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def refresh_region_assignment(
         parts=lambda connection: assignment_parts(connection, species, layer),
         replace_rows=replace_rows,
         run_id=run_id,
+        partition_value=species.species_id,
     )
 
 

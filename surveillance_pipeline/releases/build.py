@@ -10,8 +10,9 @@ import psycopg
 
 from surveillance_pipeline.core.keys import JobKeyParts
 from surveillance_pipeline.core.partition_files import recover_partition_folder
-from surveillance_pipeline.core.refresh import WHOLE_TARGET, upstream_job_key
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, refuse_edited_targets, upstream_job_key
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
     ExportFile,
@@ -21,7 +22,7 @@ from surveillance_pipeline.releases.exports import (
     parquet_export,
     publish_export,
 )
-from surveillance_pipeline.samples.load import sample_state_digest
+from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_state_digest
 from surveillance_pipeline.snapshots.devil import DEVIL_SNAPSHOT
 
 PACKAGE = "surveillance_pipeline.releases"
@@ -55,6 +56,8 @@ def build_sample_export(conn: psycopg.Connection) -> BuiltExport:
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         parts = sample_export_parts(conn)
+        # Rows edited outside the pipeline are not what the sample's keys name: never release them.
+        refuse_edited_targets(conn, OCCURRENCE_SAMPLE.name, OCCURRENCES.name)
         rows = conn.execute(load_sql(PACKAGE, "select_sample_export_rows")).fetchall()
     return BuiltExport(
         parts,

@@ -24,7 +24,9 @@ from surveillance_pipeline.samples.engines import postgis_summary
 from surveillance_pipeline.samples.rules import SampleSummary
 
 PACKAGE = "surveillance_pipeline.samples"
-OCCURRENCE_SAMPLE = Target("occurrence_sample", PACKAGE, "create_occurrence_sample")
+OCCURRENCE_SAMPLE = Target(
+    "occurrence_sample", PACKAGE, "create_occurrence_sample", partition_column="species_id"
+)
 DEFAULT_CAP = 100
 
 
@@ -91,6 +93,7 @@ def refresh_species_sample(
         parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
+        partition_value=species.species_id,
     )
     return outcome, drift
 

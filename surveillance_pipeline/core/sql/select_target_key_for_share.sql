@@ -1,4 +1,7 @@
-SELECT job_key
-FROM target_state
-WHERE target = %(target)s AND partition_key = %(partition_key)s
-FOR SHARE
+-- The key an upstream partition holds, and the edits noted against it since its load (NULL: none).
+SELECT state.job_key,
+       (SELECT array_to_string(edits.operations, ', ') FROM target_edits AS edits
+        WHERE edits.target = state.target AND edits.partition_ref = state.partition_ref)
+FROM target_state AS state
+WHERE state.target = %(target)s AND state.partition_key = %(partition_key)s
+FOR SHARE OF state
