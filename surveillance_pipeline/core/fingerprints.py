@@ -3,8 +3,9 @@
 Three mechanisms, each for what the others cannot see:
 
 - **A fingerprint with every load.** In the load's own transaction, the partition's rows are counted and
-  digested (the sum of the first 64 bits of each row's md5: order-independent, so no sort) and the pair is
-  kept in the state row beside the job key. The key says what the partition should hold; the fingerprint
+  digested (the sum of each row's 64-bit hash over its text, every column: order-independent, so no
+  sort, and as cheap as a hash scan in PostgreSQL gets); the pair is kept in the state row beside the
+  job key. The key says what the partition should hold; the fingerprint
   says what it held when the load committed.
 - **The watch.** Statement-level triggers with transition tables on every target table note the
   partitions that a statement outside a refresh transaction touched (``target_edits``, migration 8): an

@@ -2,6 +2,6 @@
 -- naming a row's partition (the partition column as text, or 'all' for a target kept whole).
 SELECT {partition_ref},
        count(*),
-       coalesce(sum(('x' || substr(md5(t::text), 1, 16))::bit(64)::bigint), 0)::text
+       coalesce(sum(hashtextextended(t::text, 0)), 0)::text
 FROM {table} AS t
 GROUP BY 1
