@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.core.day_files import day_of_file_name
 from surveillance_pipeline.core.errors import InputError, text_lines
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import (
@@ -57,10 +58,9 @@ def batch_path(folder: Path, day: str) -> Path:
 
 def read_batch(path: Path) -> Batch:
     """A checked batch file; InputError names the file, line and field of the first problem."""
-    try:
-        day = date.fromisoformat(path.stem)
-    except ValueError:
-        raise InputError(path, "file name", None, "a batch is named by its day, YYYY-MM-DD.csv") from None
+    day = day_of_file_name(path.name)
+    if day is None:
+        raise InputError(path, "file name", None, "a batch is named by its day, YYYY-MM-DD.csv")
     if path.is_symlink() or not path.is_file():
         raise InputError(path, "file", None, "a batch must be a regular file (not a directory or a symlink)")
     data = path.read_bytes()
