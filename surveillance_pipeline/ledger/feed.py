@@ -28,7 +28,7 @@ from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.gbif.rules import decimal_text_problem, gbif_id_text_problem, year_text_problem
+from surveillance_pipeline.gbif.rules import coordinate_texts_problem, gbif_id_text_problem, year_text_problem
 from surveillance_pipeline.ledger.batches import BatchOutcome, apply_batch_once
 
 PACKAGE = "surveillance_pipeline.ledger"
@@ -97,12 +97,9 @@ def read_batch(path: Path) -> Batch:
 
 
 def _check_coordinates(path: Path, where: str, raw_longitude: str, raw_latitude: str) -> None:
-    if not raw_longitude and not raw_latitude:
-        return
-    for name, raw, limit in (("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)):
-        problem = decimal_text_problem(raw, limit)
-        if problem:
-            raise InputError(path, where, name, problem)
+    found = coordinate_texts_problem((("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)))
+    if found:
+        raise InputError(path, where, *found)
 
 
 def apply_batch(conn: psycopg.Connection, batch: Batch) -> BatchOutcome:
