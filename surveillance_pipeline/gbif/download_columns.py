@@ -27,15 +27,27 @@ import pyarrow.csv as pa_csv
 from surveillance_pipeline.gbif.downloads import ABSENT, DownloadInfo, TableLayout, open_member
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import COORDINATE_TERMS, INTEGER_TERMS, RECORD_COLUMNS, TEXT_TERMS
+from surveillance_pipeline.gbif.rules import (
+    DECIMAL_PATTERN,
+    GBIF_ID_PATTERN,
+    WHOLE_NUMBER_PATTERN,
+    YEAR_PATTERN,
+    anchored,
+)
 
 BLOCK_BYTES = 4 << 20
-# What a kept column may hold, beyond the empty string. Narrower than what the row reader accepts only
-# where that is rare (a number with an underscore, say): such a batch goes to the row reader.
-_WHOLE_NUMBER = r"^-?\d{1,18}$"
-_GBIF_ID = r"^\d{1,19}$"
-_DECIMAL = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d{1,3})?$"
+# What a kept column may hold, beyond the empty string: the row reader's rules (gbif/rules.py), matched
+# over a whole column. A value one refuses, the other refuses too; it is the row reader that names it.
+_GBIF_ID = anchored(GBIF_ID_PATTERN)
+_PATTERNS = {
+    "year": anchored(YEAR_PATTERN),
+    **{term: anchored(WHOLE_NUMBER_PATTERN) for term in INTEGER_TERMS if term != "year"},
+}
+_DECIMAL = anchored(DECIMAL_PATTERN)
 _ZERO_ISSUE = r"(^|;)\s*ZERO_COORDINATE\s*(;|$)"
 _COLUMN_TERMS = ("gbifID", *TEXT_TERMS, *INTEGER_TERMS, *(term for term, _ in COORDINATE_TERMS), "issue")
+# Text is trimmed; numbers are checked as they stand, as the row reader checks them.
+_TRIMMED = frozenset((*TEXT_TERMS, "issue"))
 
 
 class ColumnarUnavailable(Exception):
@@ -122,7 +134,9 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
     values: dict[str, pa.Array] = {}
     for term in _COLUMN_TERMS:
         if term in positions:
-            column = pc.utf8_trim_whitespace(batch.column(positions[term]))
+            column = batch.column(positions[term])
+            if term in _TRIMMED:
+                column = pc.utf8_trim_whitespace(column)
             if pc.any(pc.match_substring(column, "\x00")).as_py():
                 raise ColumnarUnavailable("NUL byte")
             values[term] = column
@@ -136,14 +150,18 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
     for term in INTEGER_TERMS:
         column = values[term]
         filled = pc.not_equal(column, "")
-        _require(pc.all(pc.or_(pc.invert(filled), pc.match_substring_regex(column, _WHOLE_NUMBER))), term)
+        _require(pc.all(pc.or_(pc.invert(filled), pc.match_substring_regex(column, _PATTERNS[term]))), term)
         integers[term] = pc.cast(pc.if_else(filled, column, pa.scalar(None, pa.string())), pa.int64())
+    # Both coordinates or neither, as coordinate_texts_problem says.
+    latitude_filled, longitude_filled = (pc.not_equal(values[term], "") for term, _ in COORDINATE_TERMS)
+    _require(pc.all(pc.equal(latitude_filled, longitude_filled)), "decimalLatitude")
     numbers = {}
     for term, limit in COORDINATE_TERMS:
         column = values[term]
-        filled = pc.not_equal(column, "")
+        filled = latitude_filled  # and longitude_filled: the same, as just checked
         _require(pc.all(pc.or_(pc.invert(filled), pc.match_substring_regex(column, _DECIMAL))), term)
         number = pc.cast(pc.if_else(filled, column, pa.scalar(None, pa.string())), pa.float64())
+        # The pattern keeps every number finite; the range is coordinate_problem's.
         _require(pc.all(pc.fill_null(pc.less_equal(pc.abs(number), limit), True)), term)
         numbers[term] = number
     licenses = _licenses(values["license"])

@@ -37,9 +37,11 @@ from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import INTEGER_TERMS, TEXT_TERMS, escape
 from surveillance_pipeline.gbif.rules import (
     COORDINATE_TERMS,
-    coordinate_problem,
+    coordinate_texts_problem,
     gbif_id_text_problem,
     published_at_zero,
+    whole_number_text_problem,
+    year_text_problem,
 )
 
 DWCA = "DWCA"
@@ -53,7 +55,6 @@ READ_BLOCK = 4 << 20
 # Search asks for occurrenceStatus=PRESENT; a download's query may not have, so its ABSENT records (a
 # survey saying a species was looked for and not found) are left out of every species, as search would.
 ABSENT = "ABSENT"
-_INTEGER = re.compile(r"-?\d{1,18}")
 
 
 @dataclass(frozen=True)
@@ -448,14 +449,17 @@ def _no_nul(path: Path, text: Iterable[str], member: str) -> Iterator[str]:
 
 
 _KEPT = ("gbifID", *TEXT_TERMS, *INTEGER_TERMS, *(term for term, _ in COORDINATE_TERMS), "issue")
+# Text is trimmed; numbers are checked as they stand, by the rules every other reader applies.
+_TRIMMED = frozenset((*TEXT_TERMS, "issue"))
 
 
 @dataclass(frozen=True)
 class _Positions:
-    """Where each kept term sits in a row (None: not a column; meta.xml's default, if any, applies)."""
+    """Where each kept term sits in a row (None: not a column; meta.xml's default, if any, applies), and
+    whether it is trimmed."""
 
     width: int
-    terms: tuple[tuple[str, int | None], ...]
+    terms: tuple[tuple[str, int | None, bool], ...]
     defaults: dict[str, str]
 
 
@@ -467,7 +471,7 @@ def _positions(path: Path, layout: TableLayout) -> _Positions:
         raise InputError(path, layout.member, "gbifID", "no gbifID column")
     return _Positions(
         width=max(layout.columns, default=-1) + 1,
-        terms=tuple((term, by_term.get(term)) for term in _KEPT),
+        terms=tuple((term, by_term.get(term), term in _TRIMMED) for term in _KEPT),
         defaults={term: value.strip() for term, value in layout.defaults.items()},
     )
 
@@ -485,8 +489,8 @@ def _checked(
         )
     defaults = positions.defaults
     values = {
-        term: row[index].strip() if index is not None else defaults.get(term, "")
-        for term, index in positions.terms
+        term: (row[index].strip() if trimmed else row[index]) if index is not None else defaults.get(term, "")
+        for term, index, trimmed in positions.terms
     }
 
     def fail(term: str, problem: str) -> InputError:
@@ -502,27 +506,23 @@ def _checked(
     integers: list[int | None] = []
     for term in INTEGER_TERMS:
         value = values[term]
-        if value and not _INTEGER.fullmatch(value):
-            raise fail(term, f"expected a whole number, got {value[:40]!r}")
-        integers.append(int(value) if value else None)
-        fields.append(str(int(value)) if value else "")
-    numbers: list[float | None] = []
-    for term, limit in COORDINATE_TERMS:
-        value = values[term]
-        if not value:
-            numbers.append(None)
-            fields.append("")
-            continue
-        # float(), as the columnar reader's cast accepts the same spellings; the range is the shared rule.
-        try:
-            number = float(value)
-        except ValueError:
-            raise fail(term, f"expected a number, got {value[:40]!r}") from None
-        problem = coordinate_problem(number, limit)
+        # The year's range is derive's to check: it refuses the species holding the record, not the download.
+        problem = (
+            year_text_problem(value, in_range=False) if term == "year" else whole_number_text_problem(value)
+        )
         if problem:
             raise fail(term, problem)
+        integers.append(int(value) if value else None)
+        fields.append(str(int(value)) if value else "")
+    found = coordinate_texts_problem((term, values[term], limit) for term, limit in COORDINATE_TERMS)
+    if found:
+        raise fail(*found)
+    numbers: list[float | None] = []
+    for term, _ in COORDINATE_TERMS:
+        value = values[term]
+        number = float(value) if value else None
         numbers.append(number)
-        fields.append(repr(number))
+        fields.append("" if number is None else repr(number))
     issues = sorted(issue.strip() for issue in values["issue"].split(";") if issue.strip())
     fields.append(";".join(escape(issue) for issue in issues))
     license_name: str | None = None

@@ -15,12 +15,12 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
-from datetime import date
 from pathlib import Path
 
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
 from surveillance_pipeline.dagster_internals import SerializableErrorInfo, execute_in_code_location
@@ -71,15 +71,7 @@ def prepare_lab_inputs(root: Path) -> None:
 
 def batch_days_present(root: Path) -> list[str]:
     """The batch files named by a day (YYYY-MM-DD.csv); anything else there is no partition."""
-    return sorted(path.stem for path in (root / "batches").glob("*.csv") if _is_day(path.stem))
-
-
-def _is_day(name: str) -> bool:
-    try:
-        date.fromisoformat(name)
-    except ValueError:
-        return False
-    return len(name) == 10
+    return sorted(path.stem for path in (root / "batches").glob("*.csv") if is_day_file_name(path.name))
 
 
 def run_plan(

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from surveillance_pipeline.core.day_files import day_of_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError, text_lines
 from surveillance_pipeline.core.fingerprints import (
     EDITED_OUTSIDE,
@@ -39,7 +40,7 @@ from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.gbif.rules import decimal_text_problem, gbif_id_text_problem, year_text_problem
+from surveillance_pipeline.gbif.rules import coordinate_texts_problem, gbif_id_text_problem, year_text_problem
 from surveillance_pipeline.ledger.batches import BatchOutcome, apply_batch_once
 
 PACKAGE = "surveillance_pipeline.ledger"
@@ -70,10 +71,9 @@ def batch_path(folder: Path, day: str) -> Path:
 
 def read_batch(path: Path) -> Batch:
     """A checked batch file; InputError names the file, line and field of the first problem."""
-    try:
-        day = date.fromisoformat(path.stem)
-    except ValueError:
-        raise InputError(path, "file name", None, "a batch is named by its day, YYYY-MM-DD.csv") from None
+    day = day_of_file_name(path.name)
+    if day is None:
+        raise InputError(path, "file name", None, "a batch is named by its day, YYYY-MM-DD.csv")
     if path.is_symlink() or not path.is_file():
         raise InputError(path, "file", None, "a batch must be a regular file (not a directory or a symlink)")
     data = path.read_bytes()
@@ -110,12 +110,9 @@ def read_batch(path: Path) -> Batch:
 
 
 def _check_coordinates(path: Path, where: str, raw_longitude: str, raw_latitude: str) -> None:
-    if not raw_longitude and not raw_latitude:
-        return
-    for name, raw, limit in (("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)):
-        problem = decimal_text_problem(raw, limit)
-        if problem:
-            raise InputError(path, where, name, problem)
+    found = coordinate_texts_problem((("longitude", raw_longitude, 180), ("latitude", raw_latitude, 90)))
+    if found:
+        raise InputError(path, where, *found)
 
 
 def _upsert_batch(conn: psycopg.Connection, batch: Batch) -> int:

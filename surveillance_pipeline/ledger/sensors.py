@@ -6,10 +6,9 @@ ledger is what the asset itself decides by, so the sensor and the asset agree wh
 log holds). The run key is the day plus the sha256, so each distinct batch is requested once.
 """
 
-from datetime import date
-
 import dagster as dg
 
+from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.batches import applied_checksums
@@ -33,15 +32,10 @@ def batches_sensor(
         applied = applied_checksums(conn, OCCURRENCE_FEED.name)
     known_days = set(batch_days.get_partition_keys(dynamic_partitions_store=context.instance))
     for path in sorted(paths.batches().glob("*.csv")):
+        if not is_day_file_name(path.name):
+            notes.append(f"{path.name}: not named by a day (YYYY-MM-DD.csv)")
+            continue
         day = path.stem
-        try:
-            date.fromisoformat(day)
-        except ValueError:
-            notes.append(f"{path.name}: not named by a day (YYYY-MM-DD.csv)")
-            continue
-        if len(day) != len("YYYY-MM-DD"):
-            notes.append(f"{path.name}: not named by a day (YYYY-MM-DD.csv)")
-            continue
         if day not in known_days:
             new_days.append(day)
         checksum = sha256_file(path)

@@ -39,6 +39,10 @@ class DevilSnapshotConfig(dg.Config):
     cap: int = devil.DEFAULT_CAP
     licenses: list[str] = list(devil.DEFAULT_LICENSES)
 
+    def rules(self) -> devil.SnapshotRules:
+        """The rules this config gives: what the asset loads under and the sensor computes keys with."""
+        return devil.SnapshotRules(cap=self.cap, licenses=tuple(self.licenses))
+
 
 @dg.asset(
     metadata=outputs_metadata(tables=["devil_snapshot"]),
@@ -54,10 +58,9 @@ def devil_snapshot(
     context: dg.AssetExecutionContext, config: DevilSnapshotConfig, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
     delivery = newest_devil_delivery(paths)
-    rules = devil.SnapshotRules(cap=config.cap, licenses=tuple(config.licenses))
     with warehouse.connect() as conn:
         outcome = devil.refresh_devil_snapshot(
-            conn, delivery=delivery, rules=rules, run_id=context.run.run_id
+            conn, delivery=delivery, rules=config.rules(), run_id=context.run.run_id
         )
     yield from report_asset(
         context, outcome_report(outcome, delivery=delivery.path.name, table="devil_snapshot")

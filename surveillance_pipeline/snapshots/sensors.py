@@ -33,8 +33,7 @@ class SnapshotTarget:
 
     def would_be_key(self, delivery) -> str:
         config = DevilSnapshotConfig(**op_config(self.snapshot.key.to_user_string()))
-        rules = devil.SnapshotRules(cap=config.cap, licenses=tuple(config.licenses))
-        return devil.snapshot_job_parts(delivery, rules, devil.snapshot_target()).key
+        return devil.snapshot_job_parts(delivery, config.rules(), devil.snapshot_target()).key
 
 
 SNAPSHOT_TARGETS = (SnapshotTarget(devil.DEVIL_SLUG, devil_delivery.key, devil_snapshot),)
