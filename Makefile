@@ -13,7 +13,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
 
-.PHONY: help venv provision run test test-fast faults bench ui workers lint lock clean replay add-species
+.PHONY: help venv provision run verify repair test test-fast faults bench ui workers lint lock clean replay add-species
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,13 @@ provision: venv ## Start (or install) PostgreSQL + PostGIS (and Redis, when SURV
 run: provision ## Materialize every asset on the lab data and print what was loaded or skipped
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.lab.run
+
+verify: provision ## Check every table target's partitions against the fingerprints their loads recorded (reads only)
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.verification
+
+repair: provision ## make run, comparing every skipped partition's rows with its fingerprint (after make verify)
+	@mkdir -p .dagster
+	@$(WITH_ENV) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.lab.run
 
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh

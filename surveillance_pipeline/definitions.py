@@ -16,6 +16,7 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_REQUESTS_PER_SECOND_VARIABLE,
     GEOCODER_URL_VARIABLE,
     GEOCODER_VARIABLE,
+    VERIFY_TARGETS_VARIABLE,
     data_dir,
 )
 from surveillance_pipeline.distributed import executor
@@ -36,6 +37,7 @@ from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, 
 from surveillance_pipeline.run_health import dead_runs_sensor
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.snapshots import definitions as snapshots
+from surveillance_pipeline.verification import target_checks, verify_job, verify_schedule
 
 # One process per run by default; Celery workers under SURVEILLANCE_PROFILE=distributed (distributed.py).
 EXECUTOR = executor()
@@ -45,7 +47,10 @@ DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases
 def live_resources() -> dict[str, Any]:
     return {
         # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
-        "warehouse": Warehouse(database_url=dg.EnvVar(DATABASE_URL_VARIABLE)),
+        "warehouse": Warehouse(
+            database_url=dg.EnvVar(DATABASE_URL_VARIABLE),
+            verify_targets=os.environ.get(VERIFY_TARGETS_VARIABLE, "") == "1",
+        ),
         "paths": DataPaths(root=str(data_dir())),
         # Read only by the runs that publish; a missing variable fails such a run before its first step.
         "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
@@ -76,10 +81,12 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
         for a in (domain.assets or [])
         if isinstance(a, dg.SourceAsset) and a.is_observable
     ]
+    checks = target_checks()
     operations = dg.Definitions(
         executor=EXECUTOR,
-        jobs=jobs_for(assets, observable_sources),
-        schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB)],
+        asset_checks=checks,
+        jobs=[*jobs_for(assets, observable_sources), verify_job(checks)],
+        schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB), verify_schedule()],
         sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB), dead_runs_sensor],
         resources=resources,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.distributed import in_step_worker
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
@@ -30,6 +31,10 @@ class Warehouse(dg.ConfigurableResource):
     """The PostGIS database our targets live in. The URL (with its password) comes from the environment."""
 
     database_url: str
+    # Compare every skipped partition's fingerprint with its rows (a scan of each): the repair run after a
+    # verification found what the watch could not see (make repair). Not a row-shaping setting: a
+    # partition reloads only to the snapshot its key names.
+    verify_targets: bool = False
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # Every pooled step's run sets the warehouse up before its first step claims a pool slot: the
@@ -42,13 +47,25 @@ class Warehouse(dg.ConfigurableResource):
 
     def connect(self) -> psycopg.Connection:
         """An autocommit connection: every write happens inside an explicit ``conn.transaction()``."""
-        conn = psycopg.connect(self.database_url, autocommit=True, application_name="surveillance_pipeline")
+        options = f"-c {VERIFY_SETTING}=on" if self.verify_targets else ""
+        conn = psycopg.connect(
+            self.database_url, autocommit=True, application_name="surveillance_pipeline", options=options
+        )
         try:
             ensure_state_tables(conn)
         except BaseException:
             conn.close()  # the caller never got it, so nobody else would close it
             raise
         return conn
+
+    def connect_for_reading(self) -> psycopg.Connection:
+        """A connection that cannot write (every transaction read-only) and migrates nothing: a check's."""
+        return psycopg.connect(
+            self.database_url,
+            autocommit=True,
+            application_name="surveillance_pipeline verify",
+            options="-c default_transaction_read_only=on",
+        )
 
 
 class DataPaths(dg.ConfigurableResource):
