@@ -11,7 +11,7 @@ from surveillance_pipeline import dagster_internals as internals
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.lab.run import WORKSPACE_FILE
 from surveillance_pipeline.reporting import PartitionReport, report_asset, report_partitions
-from surveillance_pipeline_tests.pipeline import execute_as_launched
+from surveillance_pipeline_tests.pipeline import execute_as_launched, observe
 
 pytestmark = [pytest.mark.dagster]
 PARTS = dg.StaticPartitionsDefinition(["a", "b"])
@@ -61,7 +61,7 @@ def test_our_events_carry_the_tags_dagster_writes_itself():
     """Same data version, code version, and per-upstream version and event pointer as Dagster's own event
     for the same inputs: Dagster's staleness reads ours as it reads its own."""
     with dg.instance_for_test() as instance:
-        internals.observe([source], instance=instance)
+        observe([source], instance=instance)
         for key in PARTS.get_partition_keys():
             dg.materialize([source, upstream], instance=instance, partition_key=key, selection=[upstream])
         for key in PARTS.get_partition_keys():

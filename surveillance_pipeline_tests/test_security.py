@@ -27,7 +27,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from surveillance_pipeline.dagster_internals import serialize_value
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.releases.assets import register_derived_dataset, sample_export
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
@@ -208,11 +207,11 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
     assert any("Connection refused" in error or "port 1" in error for error in errors), errors
 
     runs = instance.get_runs()
-    events = [serialize_value(entry) for record in runs for entry in instance.all_logs(record.run_id)]
+    events = [dg.serialize_value(entry) for record in runs for entry in instance.all_logs(record.run_id)]
     texts = [
         *errors,
         *events,
-        *(serialize_value(record) for record in runs),
+        *(dg.serialize_value(record) for record in runs),
         *_rows_as_text(database_url),
         *_rows_as_text(dagster_storage_url),
         *_files_as_text(data_dir),
