@@ -4,7 +4,6 @@ import dagster as dg
 
 from surveillance_pipeline.dagster_internals import UnresolvedAssetJobDefinition
 from surveillance_pipeline.partitions import batch_days, species_partitions
-from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline.run_config import run_config_for
 
 SPECIES_ASSETS_JOB = "species_assets"
@@ -16,11 +15,9 @@ OBSERVE_SOURCES_JOB = "observe_sources"
 def _job(
     name: str, assets: list[dg.AssetsDefinition], partitions: dg.PartitionsDefinition | None, what: str
 ) -> UnresolvedAssetJobDefinition:
-    keys = [
-        a.key
-        for a in assets
-        if a.partitions_def == partitions and a.group_names_by_key.get(a.key) != PUBLISHING_GROUP
-    ]
+    # Publishing is no asset to select: derived_dataset_registration is external, reported by the
+    # register_derived_dataset job (releases/assets.py), so none of these jobs can include it.
+    keys = [a.key for a in assets if a.partitions_def == partitions]
     return dg.define_asset_job(
         name,
         selection=dg.AssetSelection.assets(*keys),

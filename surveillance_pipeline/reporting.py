@@ -43,8 +43,6 @@ from surveillance_pipeline.dagster_internals import (
     NULL_EVENT_POINTER,
     OWN_EVENTS_METADATA_KEY,
     SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD,
-    DagsterEvent,
-    StepExecutionContext,
     get_input_data_version_tag,
     get_input_event_pointer_tag,
     log_batched_materialization,
@@ -54,7 +52,7 @@ from surveillance_pipeline.dagster_internals import (
 __all__ = ["DATA_VERSION_TAG", "RUN_SUMMARY_TAG_PREFIX"]
 
 # What an asset yields.
-PartitionEvents = Iterator[dg.MaterializeResult | dg.AssetMaterialization | DagsterEvent]
+PartitionEvents = Iterator[dg.MaterializeResult | dg.AssetMaterialization | dg.DagsterEvent]
 # A batch of events is closed (written) once it has been open this long, so a long step's partitions show up
 # in the UI as it goes, and a killed run loses at most this much of them (their rows stay committed, and the
 # next run reports those partitions as skipped).
@@ -340,7 +338,7 @@ class _EventBatches:
     step in the same process must not add to a batch its failed attempt left open.
     """
 
-    def __init__(self, step: StepExecutionContext):
+    def __init__(self, step: dg.StepExecutionContext):
         self._step = step
         self._count = 0
         self._opened = time.monotonic()
@@ -348,7 +346,7 @@ class _EventBatches:
     def overdue(self) -> bool:
         return time.monotonic() - self._opened >= BATCH_SECONDS
 
-    def log(self, materialization: dg.AssetMaterialization, last: bool) -> DagsterEvent:
+    def log(self, materialization: dg.AssetMaterialization, last: bool) -> dg.DagsterEvent:
         step = self._step
         batch_id = f"{step.run_id}/{step.step.key}/{step.previous_attempt_count}/{self._count}"
         event = log_batched_materialization(step, materialization, batch_id, last)

@@ -159,6 +159,28 @@ def data_version(instance: dg.DagsterInstance, asset: str, partition: str = DEVI
     return recorded_data_version(instance, dg.AssetKey(asset), partition)
 
 
+def observe(
+    sources: list[Any], instance: dg.DagsterInstance, resources: dict[str, Any] | None = None
+) -> dg.ExecuteInProcessResult:
+    """Observe ``sources`` in a job run, as the observe_sources job does in a deployment."""
+    job = dg.define_asset_job("observe", selection=dg.AssetSelection.assets(*(s.key for s in sources)))
+    defs = dg.Definitions(assets=sources, jobs=[job], resources=resources or {})
+    return defs.resolve_job_def("observe").execute_in_process(instance=instance)
+
+
+def partitions_in_status(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    partitions: dg.PartitionsDefinition,
+    status: dg.AssetPartitionStatus,
+) -> set[str]:
+    """The asset's partitions Dagster shows in ``status`` (the UI's partition bar: one status each)."""
+    every = partitions.get_partition_keys(dynamic_partitions_store=instance)
+    by_partition = instance.get_status_by_partition(key, every, partitions)
+    assert by_partition is not None, f"{key.to_user_string()}: no partition status"
+    return {partition for partition, shown in by_partition.items() if shown == status}
+
+
 def table_md5(conn: psycopg.Connection, species_id: int | None = None) -> str:
     """md5 of the occurrences rows in key order (all columns, geometry as EWKT)."""
     row = conn.execute(

@@ -4,6 +4,11 @@ Each test states the behaviour relied on; an upgrade that changes it fails here.
 SIGTERM watcher relies on are pinned in test_run_health.py, the batch path in test_reporting.py.
 """
 
+import ast
+import pkgutil
+import tomllib
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -11,9 +16,11 @@ from surveillance_pipeline import dagster_internals as internals
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.lab.run import WORKSPACE_FILE
 from surveillance_pipeline.reporting import PartitionReport, report_asset, report_partitions
-from surveillance_pipeline_tests.pipeline import execute_as_launched
+from surveillance_pipeline_tests.pipeline import execute_as_launched, observe
 
 pytestmark = [pytest.mark.dagster]
+PROJECT = Path(__file__).resolve().parent.parent
+FENCE = PROJECT / "surveillance_pipeline" / "dagster_internals.py"
 PARTS = dg.StaticPartitionsDefinition(["a", "b"])
 
 
@@ -61,7 +68,7 @@ def test_our_events_carry_the_tags_dagster_writes_itself():
     """Same data version, code version, and per-upstream version and event pointer as Dagster's own event
     for the same inputs: Dagster's staleness reads ours as it reads its own."""
     with dg.instance_for_test() as instance:
-        internals.observe([source], instance=instance)
+        observe([source], instance=instance)
         for key in PARTS.get_partition_keys():
             dg.materialize([source, upstream], instance=instance, partition_key=key, selection=[upstream])
         for key in PARTS.get_partition_keys():
@@ -111,3 +118,34 @@ def test_a_run_executed_here_belongs_to_the_workspace_location_and_its_job():
         )
         assert [r.run_id for r in listed] == [run.run_id]
         assert run.job_code_origin is not None and run.remote_job_origin is not None
+
+
+def test_the_lint_ban_covers_every_private_module_of_the_installed_dagster():
+    private = {
+        f"dagster.{module.name}"
+        for module in pkgutil.iter_modules(dg.__path__)
+        if module.name.startswith("_") and not module.name.startswith("__")
+    }
+    lint = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    banned = set(lint["flake8-tidy-imports"]["banned-api"])
+    assert "dagster._core" in private and private <= banned, sorted(private - banned)
+
+
+def test_only_the_fence_imports_dagster_private_modules():
+    offenders = []
+    for folder in ("surveillance_pipeline", "surveillance_pipeline_tests", "bench"):
+        for path in sorted((PROJECT / folder).rglob("*.py")):
+            if path in (FENCE, Path(__file__).resolve()):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                if isinstance(node, ast.ImportFrom) and node.module == "dagster":
+                    names += [f"dagster.{alias.name}" for alias in node.names]
+                offenders += [f"{path.relative_to(PROJECT)}: {n}" for n in names if n.startswith("dagster._")]
+    assert offenders == []

@@ -15,7 +15,6 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables
-from surveillance_pipeline.dagster_internals import observe
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.download_index import DownloadIndex, ensure_index, open_downloads
 from surveillance_pipeline.gbif.downloads import (
@@ -33,7 +32,7 @@ from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.resources import GbifSource
-from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources, table_md5
+from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
 SIMPLE_ZIP = "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip"

@@ -7,12 +7,12 @@ import sys
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.dagster_internals import asset_partition_status
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab.run import summarize
 from surveillance_pipeline.partitions import species_partitions
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, project_dagster_home
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.pipeline import partitions_in_status
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
@@ -89,7 +89,7 @@ def test_a_species_that_fails_is_named_and_the_others_load(
     # The later jobs ran: the batches and the unpartitioned assets.
     assert table["occurrence_batches"][0] == "21" and table["sample_export"][0] == "1", output
     materialized, failed = (
-        asset_partition_status(postgres_instance, dg.AssetKey(asset), species_partitions)[kind]
-        for asset, kind in (("occurrences", "materialized"), ("occurrences", "failed"))
+        partitions_in_status(postgres_instance, dg.AssetKey("occurrences"), species_partitions, status)
+        for status in (dg.AssetPartitionStatus.MATERIALIZED, dg.AssetPartitionStatus.FAILED)
     )
     assert failed == {broken} and len(materialized) == 70 and broken not in materialized

@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.db, pytest.mark.dagster]
 def test_every_asset_pool_gets_a_limit_of_one_and_a_users_own_limit_stays(postgres_instance):
     pools = asset_pools(defs)
     assert {"gbif_raw", "occurrences", "occurrence_feed", "devil_snapshot", "sample_export"} <= set(pools)
+    assert pools["derived_dataset_registration"] == POOL_LIMIT, "the publishing job's op pool too"
     storage = postgres_instance.event_log_storage
     storage.set_concurrency_slots("occurrences", 2)  # what a user may set in the UI
 

@@ -5,7 +5,11 @@ import hashlib
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.releases.assets import derived_dataset_registration, sample_export
+from surveillance_pipeline.releases.assets import (
+    derived_dataset_registration,
+    register_derived_dataset,
+    sample_export,
+)
 from surveillance_pipeline.resources import GbifAccount, GbifSource
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
@@ -41,30 +45,31 @@ def released(db, database_url, data_dir, instance):
 
 
 def _register(instance, database_url, data_dir, gbif, config, raise_on_error=True):
-    return dg.materialize(
-        [derived_dataset_registration],
+    return register_derived_dataset.execute_in_process(
         instance=instance,
         resources={
             **resources(database_url, data_dir),
             "gbif": GbifSource(source="lab", base_url=gbif.base_url),
             "gbif_account": GbifAccount(user="tester", password=PASSWORD),
         },
-        run_config={"ops": {"derived_dataset_registration": {"config": config}}},
+        run_config={"ops": {"register_derived_dataset_op": {"config": config}}},
         raise_on_error=raise_on_error,
     )
 
 
 def _meta(result):
-    return {
-        k: v.value
-        for k, v in result.asset_materializations_for_node("derived_dataset_registration")[0].metadata.items()
-    }
+    [materialization] = result.asset_materializations_for_node("register_derived_dataset_op")
+    assert materialization.asset_key == derived_dataset_registration.key
+    return {k: v.value for k, v in materialization.metadata.items()}
 
 
-def test_unpublished_release_calls_nothing(released, database_url, data_dir, instance, gbif):
-    meta = _meta(_register(instance, database_url, data_dir, gbif, {"publish": False}))
-    assert (meta["action"], meta["reason"]) == ("skipped", "publish is false")
+def test_unpublished_release_calls_nothing_and_reports_nothing(
+    released, database_url, data_dir, instance, gbif
+):
+    result = _register(instance, database_url, data_dir, gbif, {"publish": False})
+    assert result.success and result.asset_materializations_for_node("register_derived_dataset_op") == []
     assert gbif.requests == []
+    assert instance.get_latest_materialization_event(derived_dataset_registration.key) is None
 
 
 def test_registers_once_and_a_rerun_posts_nothing(released, db, database_url, data_dir, instance, gbif):

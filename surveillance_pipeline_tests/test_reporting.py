@@ -10,13 +10,12 @@ import psycopg
 import pytest
 
 from surveillance_pipeline import reporting
-from surveillance_pipeline.dagster_internals import asset_partition_status
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.partitions import species_partitions
 from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
 from surveillance_pipeline.run_config import QUIET_CONSOLE
-from surveillance_pipeline_tests.pipeline import execute_as_launched
+from surveillance_pipeline_tests.pipeline import execute_as_launched, partitions_in_status
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 BATCH_SIZE = "200"
@@ -151,7 +150,7 @@ def test_a_failing_partition_fails_alone_and_the_others_are_reported(
 
 def _failed_in_dagster(instance: dg.DagsterInstance, asset: dg.AssetsDefinition) -> set[str]:
     """The partitions Dagster's own status shows failed (what the UI's partition bar reads)."""
-    return asset_partition_status(instance, asset.key, species_partitions)["failed"]
+    return partitions_in_status(instance, asset.key, species_partitions, dg.AssetPartitionStatus.FAILED)
 
 
 @dg.asset(

@@ -27,9 +27,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from surveillance_pipeline.dagster_internals import serialize_value
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
-from surveillance_pipeline.releases.assets import derived_dataset_registration, sample_export
+from surveillance_pipeline.releases.assets import register_derived_dataset, sample_export
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
@@ -171,8 +170,16 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         for slug in (DEVIL, "ornithorhynchus-anatinus"):
             assert run(SAMPLED, slug).success
         assert run([occurrence_sample_summary, sample_export]).success
-        registration = {"ops": {"derived_dataset_registration": {"config": PUBLISH}}}
-        assert run([derived_dataset_registration], config=registration).success
+
+        def register(raise_on_error=True):
+            return register_derived_dataset.execute_in_process(
+                instance=instance,
+                resources=resources,
+                run_config={"ops": {"register_derived_dataset_op": {"config": PUBLISH}}},
+                raise_on_error=raise_on_error,
+            )
+
+        assert register().success
         assert gbif.posts() and gbif.posts()[0]["authorization"] == f"Basic {planted['GBIF Basic token']}"
         write_lab_delivery(data_dir, "A", "2026-11-02")
         assert run([devil_snapshot]).success
@@ -190,7 +197,7 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         failures = [run([devil_snapshot], raise_on_error=False)]
         gbif.create_mode = "drop"
         (data_dir / "exports" / "sample" / "manifest.json").write_bytes(b'{"changed": true}\n')
-        failures.append(run([derived_dataset_registration], config=registration, raise_on_error=False))
+        failures.append(register(raise_on_error=False))
     assert not any(failure.success for failure in failures)
     for failure in failures:
         for event in failure.all_events:
@@ -200,11 +207,11 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
     assert any("Connection refused" in error or "port 1" in error for error in errors), errors
 
     runs = instance.get_runs()
-    events = [serialize_value(entry) for record in runs for entry in instance.all_logs(record.run_id)]
+    events = [dg.serialize_value(entry) for record in runs for entry in instance.all_logs(record.run_id)]
     texts = [
         *errors,
         *events,
-        *(serialize_value(record) for record in runs),
+        *(dg.serialize_value(record) for record in runs),
         *_rows_as_text(database_url),
         *_rows_as_text(dagster_storage_url),
         *_files_as_text(data_dir),

@@ -39,6 +39,7 @@ from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
 from surveillance_pipeline.releases.registration import register_export
 from surveillance_pipeline.releases.replay import replay_masked_release as replay_from_provenance
 from surveillance_pipeline.reporting import (
+    DATA_VERSION_TAG,
     PartitionEvents,
     PartitionReport,
     outcome_report,
@@ -98,7 +99,7 @@ def first_rows(path: Path, count: int = FIRST_ROWS) -> dg.TableMetadataValue:
     )
 
 
-# Assets that act on the outside world; launched on purpose, never by make run or automation.
+# What acts on the outside world: launched on purpose, never by make run, automation or a bulk selection.
 PUBLISHING_GROUP = "publishing"
 
 EXPORT_ASSET: dict[str, Any] = {
@@ -139,35 +140,48 @@ def devil_snapshot_export(
 
 
 class RegistrationConfig(dg.Config):
-    """Publishing is deliberate: nothing is posted unless ``publish`` is true."""
+    """Publishing is deliberate: the launch must say ``publish`` (no default), and only true posts."""
 
-    publish: bool = False
+    publish: bool
     source_url_base: str = ""
     title: str = "md5-capped sample of Tasmanian species occurrences"
     description: str = "The first 100 GBIF occurrence records per species ordered by md5(id::text), then id."
 
 
-@dg.asset(
-    metadata=outputs_metadata(tables=["external_calls"]),
-    group_name=PUBLISHING_GROUP,
+# Registering mints a DOI at GBIF, so no bulk launch may reach it: not "Materialize all" or "Materialize
+# unsynced", not a backfill of its group, not automation. Any materializable asset can be selected by all
+# of those (AssetSelection.all() and group selections resolve to every materializable key), so the
+# registration is an external asset instead: it stays in the graph under the name users know, downstream
+# of sample_export, but nothing in Dagster can materialize it. Its materializations are reported by the op
+# job register_derived_dataset, launched on purpose with `publish: true` (test_publishing pins this).
+derived_dataset_registration = dg.AssetSpec(
+    "derived_dataset_registration",
     deps=[sample_export],
-    pool="derived_dataset_registration",
-    description="Registers the sample export with GBIF as a derived dataset (a DOI), at most once per "
-    "manifest sha256; a lost answer is reconciled from the account's listing, never posted again.",
+    group_name=PUBLISHING_GROUP,
+    metadata=outputs_metadata(tables=["external_calls"]),
+    description="The sample export registered with GBIF as a derived dataset (a DOI), at most once per "
+    "manifest sha256; a lost answer is reconciled from the account's listing, never posted again. "
+    "Reported by the register_derived_dataset job only.",
 )
-def derived_dataset_registration(
-    context: dg.AssetExecutionContext,
+
+
+@dg.op(
+    pool="derived_dataset_registration",
+    description="Register the sample export with GBIF (mints a DOI) when publish is true, and report the "
+    "derived_dataset_registration asset's materialization.",
+)
+def register_derived_dataset_op(
+    context: dg.OpExecutionContext,
     config: RegistrationConfig,
     warehouse: Warehouse,
     paths: DataPaths,
     gbif: GbifSource,
     gbif_account: GbifAccount,
-) -> dg.MaterializeResult:
+) -> None:
     if not config.publish:
-        return dg.MaterializeResult(
-            data_version=dg.DataVersion("unpublished"),
-            metadata={"action": "skipped", "reason": "publish is false"},
-        )
+        # Nothing registered, so nothing reported: the asset's latest materialization stays the DOI.
+        context.log.info("derived_dataset_registration: skipped, publish is false")
+        return
     if not config.source_url_base:
         raise dg.Failure("derived_dataset_registration: set source_url_base, where the release is served")
     with warehouse.connect() as conn:
@@ -182,10 +196,20 @@ def derived_dataset_registration(
             description=config.description,
         )
     action = "called" if outcome.called else ("adopted" if outcome.adopted else "skipped")
-    return dg.MaterializeResult(
-        data_version=dg.DataVersion(outcome.response.get("doi", "")),
-        metadata={"action": action, "doi": outcome.response.get("doi", ""), "source_url": source_url},
+    doi = outcome.response.get("doi", "")
+    context.log_event(
+        dg.AssetMaterialization(
+            asset_key=derived_dataset_registration.key,
+            description=action,
+            metadata={"action": action, "doi": doi, "source_url": source_url},
+            tags={DATA_VERSION_TAG: doi},
+        )
     )
+
+
+@dg.job(description="Publish: register the sample export with GBIF as a derived dataset (a DOI).")
+def register_derived_dataset() -> None:
+    register_derived_dataset_op()
 
 
 class MaskedReleaseConfig(dg.Config):

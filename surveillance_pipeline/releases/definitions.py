@@ -6,11 +6,12 @@ from surveillance_pipeline.releases.assets import (
     derived_dataset_registration,
     devil_snapshot_export,
     masked_release,
+    register_derived_dataset,
     replay_masked_release,
     sample_export,
 )
 
 defs = dg.Definitions(
     assets=[sample_export, devil_snapshot_export, masked_release, derived_dataset_registration],
-    jobs=[replay_masked_release],
+    jobs=[replay_masked_release, register_derived_dataset],
 )
