@@ -252,9 +252,9 @@ def _why_partition_differs(
             },
         )
     elif found != recorded:
+        # The digests are in the state row and the checks; the reason stays one a person reads.
         return (
-            f"{EDITED_OUTSIDE} (found by its fingerprint: {found.describe()}; "
-            f"its load wrote {recorded.describe()})"
+            f"{EDITED_OUTSIDE} (found by its fingerprint: {found.rows} rows, its load wrote {recorded.rows})"
         )
     if not watch.intact:
         rewatch_partition(conn, target, partition_ref)

@@ -15,10 +15,12 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
 import psycopg
+from psycopg import sql
 
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
@@ -35,12 +37,15 @@ from surveillance_pipeline.jobs import (
 )
 from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
+from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
+from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
 from surveillance_pipeline.partitions import add_batch_days
 from surveillance_pipeline.pools import ensure_pool_limits
 from surveillance_pipeline.reporting import failed_partitions, partition_range_tags
 from surveillance_pipeline.run_config import quiet_run_config
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
+from surveillance_pipeline.verification import table_targets
 
 WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"
 LAB_DELIVERY_A_DATE = "2026-11-02"
@@ -147,8 +152,26 @@ def step_seconds(instance: dg.DagsterInstance, run_ids: list[str]) -> dict[str, 
     return seconds
 
 
+def held_rows(conn: psycopg.Connection, assets: Iterable[str]) -> dict[str, int]:
+    """The rows each table the ``assets`` (as provenance names them) write holds now, counted: not what
+    their state rows remember, which a hand edit would leave behind."""
+    tables = {table.target.name: table.target.name for table in table_targets()}
+    tables[FEED_ASSET] = OCCURRENCE_FEED.name
+    held = {}
+    for asset in assets:
+        table = tables.get(asset)
+        present = table is not None and conn.execute("SELECT to_regclass(%s)", [table]).fetchone()
+        if table is not None and present and present[0] is not None:
+            counted = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+            ).fetchone()
+            held[asset] = int(counted[0]) if counted else 0
+    return held
+
+
 def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] | None = None) -> list[str]:
-    """One line per asset: partitions loaded and skipped, rows, step time, and the reasons given."""
+    """One line per asset: partitions loaded and skipped, rows, step time, and the reasons given. A
+    table's rows are those it holds at the end (counted); a file's, those its outputs recorded."""
     with psycopg.connect(database_url) as conn:
         # The table is created by the first step that records a partition; when that step failed on an
         # empty warehouse there is nothing to summarize, and the step's error is what the user must see.
@@ -160,6 +183,7 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
             if exists and exists[0]
             else []
         )
+        held = held_rows(conn, {row[0] for row in rows})
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     row_totals: Counter[str] = Counter()
@@ -167,6 +191,8 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
         actions[asset][action] += 1
         reasons[asset][reason] += 1
         row_totals[asset] += row_count
+    for asset, count in held.items():
+        row_totals[asset] = count
     width = max([len("asset"), *map(len, actions)])
     seconds = seconds or {}
     lines = [f"{'asset':<{width}} {'loaded':>6} {'skipped':>7} {'rows':>8} {'seconds':>7}  reason"]
