@@ -85,7 +85,7 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
     operations = dg.Definitions(
         executor=EXECUTOR,
         asset_checks=checks,
-        jobs=[*jobs_for(assets, observable_sources), verify_job(checks)],
+        jobs=[*jobs_for(assets, observable_sources, checks), verify_job(checks)],
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB), verify_schedule()],
         sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB), dead_runs_sensor],
         resources=resources,
