@@ -61,6 +61,7 @@ STATE_TABLES = {
     "batch_ledger",
     "external_calls",
     "geocode_calls",
+    "target_edits",
     "spatial_ref_sys",
 }
 
