@@ -43,6 +43,11 @@ _hashed_files: dict[tuple[str, int, int, int], str] = {}
 HASHED_FILES_KEPT = 4096
 
 
+def forget_hashed_files() -> None:
+    """Forget every sha256 this process remembered: the next ask hashes the bytes, as a new process would."""
+    _hashed_files.clear()
+
+
 def sha256_file_once(path: Path) -> str:
     """``sha256_file``, remembered in this process while the file's inode, size and modification time
     (nanoseconds) stay the same: any write or replacement changes one of them, so an edited file is
