@@ -28,8 +28,37 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "geocoded_localities",
         "region_assignment",
     }
-    checks = {key.name for key in graph.asset_check_keys}
-    assert checks == {"sample_engines_agree", "devil_snapshot_holds"}
+    checks = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}
+    # Each table-writing asset verifies its tables (verification.py); region_assignment writes two.
+    holds = {
+        (asset, "holds_its_snapshot")
+        for asset in (
+            "occurrences",
+            "occurrence_sample",
+            "geocoded_localities",
+            "region_assignment",
+            "devil_snapshot",
+            "occurrence_batches",
+        )
+    }
+    assert checks == {
+        ("occurrence_sample_summary", "sample_engines_agree"),
+        ("devil_snapshot", "devil_snapshot_holds"),
+        ("region_assignment", "regions_table_holds_its_snapshot"),
+        *holds,
+    }
+    # They scan whole tables: the asset jobs leave them to verify_targets and its schedule.
+    verify = defs.resolve_job_def("verify_targets")
+    assert {
+        (k.asset_key.to_user_string(), k.name) for k in verify.asset_layer.asset_graph.asset_check_keys
+    } == (
+        checks
+        - {("occurrence_sample_summary", "sample_engines_agree"), ("devil_snapshot", "devil_snapshot_holds")}
+    )
+    for job in ("species_assets", "whole_target_assets", "batch_days"):
+        in_job = {k.name for k in defs.resolve_job_def(job).asset_layer.asset_graph.asset_check_keys}
+        assert "holds_its_snapshot" not in in_job and "regions_table_holds_its_snapshot" not in in_job
+    assert defs.get_schedule_def("daily_verify_targets").job_name == "verify_targets"
     assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
     assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
