@@ -16,7 +16,7 @@ from surveillance_pipeline.ledger.sensors import batches_sensor
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, resources
+from surveillance_pipeline_tests.pipeline import DEVIL, SAMPLED, SPINE, materialize, metadata, resources
 
 pytestmark = pytest.mark.db
 
@@ -159,3 +159,30 @@ def test_automation_requests_the_sample_of_a_species_whose_occurrences_changed(
     result = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=before.cursor)
     assert result.get_requested_partitions(dg.AssetKey("occurrence_sample")) == {DEVIL}
     assert result.get_num_requested(dg.AssetKey("devil_snapshot")) == 0
+
+
+def test_automation_launches_nothing_after_a_skip_and_only_what_a_new_version_reaches(
+    db, database_url, data_dir, instance
+):
+    """A skip is a materialization with the same data version: it must trigger nothing downstream."""
+    definitions = assemble(resources(database_url, data_dir))
+    other = partition_keys()[0]
+    for species in (DEVIL, other):
+        materialize(instance, database_url, data_dir, species, assets=SAMPLED)
+    cursor = dg.evaluate_automation_conditions(defs=definitions, instance=instance).cursor
+    # A tick after the loads settles them (the summary and exports go on their first runs).
+    cursor = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=cursor).cursor
+
+    for species in (DEVIL, other):
+        skipped = materialize(instance, database_url, data_dir, species)
+        assert metadata(skipped, "occurrences")["action"] == "skipped"
+    after_skips = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=cursor)
+    assert after_skips.total_requested == 0
+
+    changed = materialize(instance, database_url, data_dir, DEVIL, edit="drop_lowest_id")
+    assert metadata(changed, "occurrences")["action"] == "loaded"
+    result = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=after_skips.cursor)
+    assert result.get_requested_partitions(dg.AssetKey("occurrence_sample")) == {DEVIL}
+    assert result.total_requested == 1
+    again = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=result.cursor)
+    assert again.get_num_requested(dg.AssetKey("occurrence_sample")) == 0
