@@ -178,3 +178,41 @@ def show_automation_running(instance: dg.DagsterInstance) -> bool:
     if paused:
         set_auto_materialize_paused(instance, False)
     return paused
+
+
+# Attributes of Dagster's definitions that are not marked @public in 1.13.27 (a job's asset layer and
+# graph, an op's pool). test_dagster_internals rejects them anywhere but here.
+
+
+def job_asset_keys(job_def: dg.JobDefinition) -> set[dg.AssetKey]:
+    """The assets a job materializes (its asset layer's executable keys)."""
+    return set(job_def.asset_layer.executable_asset_keys)
+
+
+def job_asset_graph(job_def: dg.JobDefinition) -> Any:
+    """The asset graph of a job (its asset layer's), for an upstream's partition mapping."""
+    return job_def.asset_layer.asset_graph
+
+
+def job_op_names(job_def: dg.JobDefinition) -> list[str]:
+    """The names of a job's top-level ops: the keys its run config's ``ops`` section takes."""
+    return sorted(job_def.graph.node_dict)
+
+
+def op_pools(definitions: dg.Definitions) -> list[tuple[str, dg.PartitionsDefinition | None]]:
+    """Every pool an op of the definitions names, with the partitions of the asset whose op names it
+    (None for an unpartitioned asset or an op job's op)."""
+    pools: list[tuple[str, dg.PartitionsDefinition | None]] = []
+    for assets_def in definitions.resolve_asset_graph().assets_defs:
+        if not assets_def.is_executable:
+            continue  # an external asset (derived_dataset_registration) runs no step of its own
+        pool = getattr(assets_def.node_def, "pool", None)
+        if pool:
+            pools.append((pool, assets_def.partitions_def))
+    for job in definitions.jobs or []:
+        if isinstance(job, dg.JobDefinition):
+            for node_def in job.all_node_defs:
+                pool = getattr(node_def, "pool", None)
+                if pool:
+                    pools.append((pool, None))
+    return pools

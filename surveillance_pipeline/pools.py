@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from surveillance_pipeline.dagster_internals import show_automation_running
+from surveillance_pipeline.dagster_internals import op_pools, show_automation_running
 from surveillance_pipeline.distributed import partition_writers
 from surveillance_pipeline.partitions import species_partitions
 
@@ -23,20 +23,10 @@ POOL_LIMIT = 1
 def asset_pools(definitions: dg.Definitions) -> dict[str, int]:
     """The pools the definitions' assets and op jobs name, each with the limit it gets, by name."""
     limits: dict[str, int] = {}
-    for assets_def in definitions.resolve_asset_graph().assets_defs:
-        if not assets_def.is_executable:
-            continue  # an external asset (derived_dataset_registration) runs no step of its own
-        pool = getattr(assets_def.node_def, "pool", None)
-        if pool:
-            per_species = assets_def.partitions_def == species_partitions
-            limits[pool] = partition_writers() if per_species else POOL_LIMIT
     # Op jobs (register_derived_dataset, which reports derived_dataset_registration) write one target each.
-    for job in definitions.jobs or []:
-        if isinstance(job, dg.JobDefinition):
-            for node_def in job.all_node_defs:
-                pool = getattr(node_def, "pool", None)
-                if pool:
-                    limits[pool] = POOL_LIMIT
+    for pool, partitions_def in op_pools(definitions):
+        per_species = partitions_def == species_partitions
+        limits[pool] = max(limits.get(pool, 0), partition_writers() if per_species else POOL_LIMIT)
     return dict(sorted(limits.items()))
 
 

@@ -45,6 +45,8 @@ from surveillance_pipeline.dagster_internals import (
     SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD,
     get_input_data_version_tag,
     get_input_event_pointer_tag,
+    job_asset_graph,
+    job_asset_keys,
     log_batched_materialization,
     step_execution_context,
 )
@@ -233,7 +235,7 @@ def _not_materialized_upstream(context: dg.AssetExecutionContext, keys: list[str
     if len(keys) < 2:
         return set()
     run = context.run
-    selected = run.asset_selection or set(context.job_def.asset_layer.executable_asset_keys)
+    selected = run.asset_selection or job_asset_keys(context.job_def)
     upstream = [
         key
         for key in sorted(context.assets_def.dependency_keys)
@@ -268,7 +270,7 @@ class _Lineage:
 
     def __init__(self, context: dg.AssetExecutionContext, keys: list[str] | None):
         instance = context.instance
-        graph = context.job_def.asset_layer.asset_graph
+        graph = job_asset_graph(context.job_def)
         self._common: dict[str, str] = {}
         self._per_partition: dict[str, dict[str, str]] = {}
         code_version = context.assets_def.code_versions_by_key.get(context.asset_key)

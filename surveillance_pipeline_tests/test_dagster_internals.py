@@ -149,3 +149,36 @@ def test_only_the_fence_imports_dagster_private_modules():
                     names += [f"dagster.{alias.name}" for alias in node.names]
                 offenders += [f"{path.relative_to(PROJECT)}: {n}" for n in names if n.startswith("dagster._")]
     assert offenders == []
+
+
+# Attributes of Dagster's objects that 1.13 does not mark @public, which the product reads through the
+# fence's functions (job_asset_keys, job_asset_graph, job_op_names, op_pools). An import ban cannot see an
+# attribute, so this test does: a Dagster upgrade that renames one fails in the fence alone.
+PRIVATE_ATTRIBUTES = {
+    "asset_layer",
+    "node_dict",
+    "all_node_defs",
+    "node_def",
+    "step_context",
+    "_step_execution_context",
+}
+
+
+def test_private_dagster_attributes_are_read_only_in_the_fence():
+    offenders = []
+    for path in sorted((PROJECT / "surveillance_pipeline").rglob("*.py")):
+        if path == FENCE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            name = node.attr if isinstance(node, ast.Attribute) else None
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "getattr"
+                and len(node.args) > 1
+            ):
+                argument = node.args[1]
+                name = argument.value if isinstance(argument, ast.Constant) else None
+            if name in PRIVATE_ATTRIBUTES:
+                offenders.append(f"{path.relative_to(PROJECT)}:{node.lineno}: {name}")
+    assert offenders == []

@@ -25,7 +25,11 @@ from psycopg import sql
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
-from surveillance_pipeline.dagster_internals import SerializableErrorInfo, execute_in_code_location
+from surveillance_pipeline.dagster_internals import (
+    SerializableErrorInfo,
+    execute_in_code_location,
+    job_op_names,
+)
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.distributed import is_distributed
 from surveillance_pipeline.gbif.registry import partition_keys
@@ -114,7 +118,7 @@ def run_all_partitions(
             workspace_file=WORKSPACE_FILE,
             module_name="surveillance_pipeline.definitions",
             attribute="defs",
-            run_config=quiet_run_config(job.graph.node_dict),
+            run_config=quiet_run_config(job_op_names(job)),
             tags=tags,
             steps_elsewhere=is_distributed(),
         )
