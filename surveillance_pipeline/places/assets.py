@@ -3,7 +3,6 @@
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
-from surveillance_pipeline.occurrences.assets import gbif_raw, occurrences
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.places import geocoded, regions
@@ -19,7 +18,8 @@ from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
 @species_asset(
     metadata=outputs_metadata(tables=["geocoded_localities", "geocode_calls"]),
     group_name="places",
-    deps=[gbif_raw],
+    # Other domains' assets are named by key: a domain imports no other domain's asset objects.
+    deps=[dg.AssetKey("gbif_raw")],
     code_version=geocoded.GEOCODED_LOCALITIES.code_version,
     pool="geocoded_localities",
     description="Records with a locality text but no coordinates, geocoded through the call ledger "
@@ -75,7 +75,7 @@ REGION_COUNTS_SCHEMA = dg.TableSchema(
 @species_asset(
     metadata=outputs_metadata(tables=["region_assignment", "regions"]),
     group_name="places",
-    deps=[occurrences, geocoded_localities],
+    deps=[dg.AssetKey("occurrences"), geocoded_localities],
     code_version=regions.REGION_ASSIGNMENT.code_version,
     pool="region_assignment",
     description="Each occurrence with a point (its own or its geocoded one) gets a region: the covering "

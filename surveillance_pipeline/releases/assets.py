@@ -14,7 +14,6 @@ from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.figures import histogram_png, kept_figure, markdown_image
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
-from surveillance_pipeline.occurrences.assets import occurrences
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.releases.build import (
@@ -47,8 +46,6 @@ from surveillance_pipeline.reporting import (
     report_partitions,
 )
 from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
-from surveillance_pipeline.samples.assets import occurrence_sample_summary
-from surveillance_pipeline.snapshots.assets import devil_snapshot
 
 
 def _export(
@@ -112,7 +109,8 @@ EXPORT_ASSET: dict[str, Any] = {
 @dg.asset(
     metadata=outputs_metadata(folders=["exports/sample"]),
     **EXPORT_ASSET,
-    deps=[occurrence_sample_summary],
+    # Other domains' assets are named by key: a domain imports no other domain's asset objects.
+    deps=[dg.AssetKey("occurrence_sample_summary")],
     pool="sample_export",
     description="data/exports/sample/: sample.csv and sample.parquet (GeoParquet) ordered by id, and "
     "manifest.json with each file's sha256, rows and the job key they came from.",
@@ -126,7 +124,7 @@ def sample_export(
 @dg.asset(
     metadata=outputs_metadata(folders=["exports/devil_snapshot"]),
     **EXPORT_ASSET,
-    deps=[devil_snapshot],
+    deps=[dg.AssetKey("devil_snapshot")],
     pool="devil_snapshot_export",
     description="data/exports/devil_snapshot/: devil_snapshot.csv and .parquet ordered by id, "
     "and manifest.json.",
@@ -221,7 +219,7 @@ class MaskedReleaseConfig(dg.Config):
 
 @species_asset(
     group_name="releases",
-    deps=[occurrences],
+    deps=[dg.AssetKey("occurrences")],
     metadata=outputs_metadata(folders=[MASKED_RELEASE, f"figures/{MASKED_RELEASE}"]),
     code_version=f"masking-v{MASKING_VERSION}.format-v{EXPORT_FORMAT}",
     pool=MASKED_RELEASE,

@@ -4,7 +4,6 @@ import dagster as dg
 
 from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
-from surveillance_pipeline.occurrences.assets import occurrences
 from surveillance_pipeline.outputs import outputs_metadata
 from surveillance_pipeline.partitions import species_asset
 from surveillance_pipeline.reporting import (
@@ -39,7 +38,8 @@ class SampleConfig(dg.Config):
 @species_asset(
     metadata=outputs_metadata(tables=["occurrence_sample", "sample_drift"]),
     group_name="samples",
-    deps=[occurrences],
+    # Another domain's asset is named by key: a domain imports no other domain's asset objects.
+    deps=[dg.AssetKey("occurrences")],
     automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
     code_version=OCCURRENCE_SAMPLE.code_version,
     pool="occurrence_sample",
