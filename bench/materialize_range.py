@@ -13,6 +13,7 @@ import sys
 import dagster as dg
 
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, data_dir
+from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
 from surveillance_pipeline.reporting import partition_range_tags
 from surveillance_pipeline.resources import DataPaths, Warehouse
@@ -26,7 +27,7 @@ def main(first: str, last: str) -> int:
             instance=instance,
             resources={
                 "warehouse": Warehouse(database_url=os.environ[DATABASE_URL_VARIABLE]),
-                "paths": DataPaths(root=str(data_dir())),
+                "paths": DataPaths(root=str(data_dir()), region_layer=str(lab_layer_path())),
             },
             tags=partition_range_tags(first, last),
             run_config=QUIET_CONSOLE,

@@ -27,6 +27,7 @@ from surveillance_pipeline.geocoding.service import (
     LAB_GEOCODER,
 )
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
+from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.ledger import definitions as ledger
 from surveillance_pipeline.occurrences import definitions as occurrences
 from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
@@ -51,7 +52,7 @@ def live_resources() -> dict[str, Any]:
             database_url=dg.EnvVar(DATABASE_URL_VARIABLE),
             verify_targets=os.environ.get(VERIFY_TARGETS_VARIABLE, "") == "1",
         ),
-        "paths": DataPaths(root=str(data_dir())),
+        "paths": DataPaths(root=str(data_dir()), region_layer=str(lab_layer_path())),
         # Read only by the runs that publish; a missing variable fails such a run before its first step.
         "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
         "gbif": GbifSource(

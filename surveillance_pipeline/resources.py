@@ -72,6 +72,9 @@ class DataPaths(dg.ConfigurableResource):
     """The folder every file asset writes under (raw, derived, deliveries, batches, downloads, exports)."""
 
     root: str
+    # The region layer region_assignment reads when its config names none: definitions binds the lab's
+    # districts (lab/data/lab_districts.geojson), so no domain needs to know the lab.
+    region_layer: str = ""
 
     def raw(self, slug: str) -> Path:
         return Path(self.root) / "raw" / f"{slug}.json"

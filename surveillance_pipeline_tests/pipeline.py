@@ -15,6 +15,7 @@ from psycopg import sql
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.dagster_internals import execute_in_code_location
 from surveillance_pipeline.gbif.client import GbifClient
+from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.lab.gbif_client import LabGbifClient
 from surveillance_pipeline.lab.run import WORKSPACE_FILE
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
@@ -105,7 +106,7 @@ EDITS: dict[str, RecordEdit] = {
 def resources(database_url: str, data_dir: Path, edit: str = "none") -> dict[str, Any]:
     return {
         "warehouse": Warehouse(database_url=database_url),
-        "paths": DataPaths(root=str(data_dir)),
+        "paths": DataPaths(root=str(data_dir), region_layer=str(lab_layer_path())),
         "gbif": EditedGbifSource(edit=edit),
         # Only derived_dataset_registration reads it; test_registration binds one with a fake GBIF.
         "gbif_account": GbifAccount(user="tester", password="not-a-real-password"),

@@ -83,9 +83,11 @@ REGION_COUNTS_SCHEMA = dg.TableSchema(
     "into table regions; its sha256 enters the job key.",
 )
 def region_assignment(
-    context: dg.AssetExecutionContext, config: RegionAssignmentConfig, warehouse: Warehouse
+    context: dg.AssetExecutionContext, config: RegionAssignmentConfig, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
-    layer = regions.RegionLayer.configured(config.layer, config.id_property, config.name_property)
+    layer = regions.RegionLayer.configured(
+        config.layer, config.id_property, config.name_property, default=paths.region_layer
+    )
     with warehouse.connect() as conn:
         loaded = regions.load_regions(conn, layer, context.run.run_id)
         layer_sha256 = loaded.parts["input"]

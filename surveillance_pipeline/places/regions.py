@@ -27,7 +27,6 @@ from surveillance_pipeline.core.settings import PROJECT_ROOT
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 
@@ -47,9 +46,12 @@ class RegionLayer:
     name_property: str = "name"
 
     @classmethod
-    def configured(cls, path: str, id_property: str, name_property: str) -> RegionLayer:
-        """The layer a user configured; empty means the lab's districts, relative means from the project."""
-        chosen = Path(path) if path else lab_layer_path()
+    def configured(cls, path: str, id_property: str, name_property: str, default: str = "") -> RegionLayer:
+        """The layer a user configured, else ``default`` (the deployment's: definitions binds the lab's
+        districts); a relative path is from the project."""
+        if not (path or default):
+            raise InputError(Path("region_assignment config"), "layer", None, "no region layer configured")
+        chosen = Path(path or default)
         if not chosen.is_absolute():
             chosen = PROJECT_ROOT / chosen
         return cls(chosen, id_property, name_property)
