@@ -150,7 +150,10 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         made = celery_executor.executor_creation_fn(init_context)  # type: ignore[misc]
         assert isinstance(made, CeleryExecutor)
-        return SettingsRecordingCeleryExecutor(**made.app_args())
+        arguments = made.app_args()
+        # app_args gives the settings wrapped for Celery; the constructor takes them as a dict.
+        arguments["config_source"] = dict(vars(arguments["config_source"]))
+        return SettingsRecordingCeleryExecutor(**arguments)
 
     return dg.ExecutorDefinition(
         name=celery_executor.name,
