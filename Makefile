@@ -33,6 +33,9 @@ provision: venv ## Start (or install) PostgreSQL + PostGIS (and Redis, when SURV
 
 run: provision ## Materialize every asset on the lab data and print what was loaded or skipped
 	@mkdir -p .dagster
+	@$(WITH_ENV) broker=$${REDIS_URL:+REDIS_URL}; if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then \
+		echo "make run: profile distributed: steps go to the Celery workers through $${broker:-redis://127.0.0.1:6379/0} (make workers N=2; wait for their ready.)"; \
+	else echo "make run: profile local: every step in this process (SURVEILLANCE_PROFILE=distributed sends them to workers)"; fi
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.lab.run
 
 verify: provision ## Check every table target's partitions against the fingerprints their loads recorded (reads only)
@@ -64,7 +67,7 @@ ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.pools && \
 		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
-workers: provision ## Start N Celery workers for the distributed profile (make workers N=2); Ctrl-C stops them
+workers: provision ## Keep N Celery workers running for the distributed profile (make workers N=2); Ctrl-C stops them
 	@bash scripts/provision_redis.sh
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.workers $(or $(N),2)

@@ -6,8 +6,10 @@ from typing import Any
 
 import dagster as dg
 
+from surveillance_pipeline import run_settings
 from surveillance_pipeline.automation import automation_sensor
 from surveillance_pipeline.core.settings import (
+    DATA_DIR_VARIABLE,
     DATABASE_URL_VARIABLE,
     GBIF_BASE_URL_VARIABLE,
     GBIF_FALLBACK_SOURCE_VARIABLE,
@@ -17,15 +19,9 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_URL_VARIABLE,
     GEOCODER_VARIABLE,
     VERIFY_TARGETS_VARIABLE,
-    data_dir,
 )
 from surveillance_pipeline.distributed import executor
-from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
-from surveillance_pipeline.geocoding.service import (
-    DEFAULT_GEOCODER_URL,
-    DEFAULT_REQUESTS_PER_SECOND,
-    LAB_GEOCODER,
-)
+from surveillance_pipeline.geocoding.service import DEFAULT_REQUESTS_PER_SECOND
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
 from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.ledger import definitions as ledger
@@ -46,23 +42,26 @@ DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases
 
 
 def live_resources() -> dict[str, Any]:
+    # The data-shaping settings, resolved once: the same resolution a worker's steps compare with the
+    # run's (run_settings.py).
+    settings = run_settings.resolve()
     return {
         # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
         "warehouse": Warehouse(
             database_url=dg.EnvVar(DATABASE_URL_VARIABLE),
             verify_targets=os.environ.get(VERIFY_TARGETS_VARIABLE, "") == "1",
         ),
-        "paths": DataPaths(root=str(data_dir()), region_layer=str(lab_layer_path())),
+        "paths": DataPaths(root=settings[DATA_DIR_VARIABLE], region_layer=str(lab_layer_path())),
         # Read only by the runs that publish; a missing variable fails such a run before its first step.
         "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
         "gbif": GbifSource(
-            source=os.environ.get(GBIF_SOURCE_VARIABLE, "lab"),
-            base_url=os.environ.get(GBIF_BASE_URL_VARIABLE, DEFAULT_BASE_URL),
-            fallback=os.environ.get(GBIF_FALLBACK_SOURCE_VARIABLE, "api"),
+            source=settings[GBIF_SOURCE_VARIABLE],
+            base_url=settings[GBIF_BASE_URL_VARIABLE],
+            fallback=settings[GBIF_FALLBACK_SOURCE_VARIABLE],
         ),
         "geocoder": GeocoderSource(
-            kind=os.environ.get(GEOCODER_VARIABLE, LAB_GEOCODER),
-            base_url=os.environ.get(GEOCODER_URL_VARIABLE, DEFAULT_GEOCODER_URL),
+            kind=settings[GEOCODER_VARIABLE],
+            base_url=settings[GEOCODER_URL_VARIABLE],
             requests_per_second=float(
                 os.environ.get(GEOCODER_REQUESTS_PER_SECOND_VARIABLE, DEFAULT_REQUESTS_PER_SECOND)
             ),

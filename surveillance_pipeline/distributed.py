@@ -9,12 +9,12 @@ of ``SURVEILLANCE_PARTITIONS_PER_RUN`` species, so different species run on diff
 each species-partitioned asset's pool admits ``SURVEILLANCE_PARTITION_WRITERS`` steps (different runs,
 so different species); one writer per partition still holds, by the partition's advisory lock.
 
-A worker that dies takes its step's Celery message with it unacknowledged: Redis hands the step to
-another worker after ``SURVEILLANCE_STEP_VISIBILITY_TIMEOUT`` seconds, and the step runs again. That is
-safe because every load is a job-key refresh: what the dead worker committed is skipped, what it had not
-committed was rolled back with its connection. The same timeout bounds a step's run time: a step still
-running after it is started a second time by another worker (the advisory locks serialize the two, and
-the second skips what the first loaded), so it must exceed the longest step.
+A worker that dies leaves its step's Celery message in Redis unacknowledged. While a worker lives it
+marks the step it executes as alive every few seconds (celery_worker_app.py); once a step has gone
+``SURVEILLANCE_STEP_VISIBILITY_TIMEOUT`` seconds (30) unmarked, an idle worker puts it back on the queue
+and the step runs again. That is safe because every load is a job-key refresh: what the dead worker
+committed is skipped, what it had not committed was rolled back with its connection. A long step on a live
+worker is never started twice, whatever its length.
 
 The default (``local``) profile needs none of this: one process per run, no Redis.
 """
@@ -27,6 +27,7 @@ from typing import Any
 
 import dagster as dg
 
+from surveillance_pipeline import run_settings
 from surveillance_pipeline.core.settings import (
     DEFAULT_PARTITION_WRITERS,
     DEFAULT_PARTITIONS_PER_RUN,
@@ -67,22 +68,41 @@ def redis_url() -> str:
     return os.environ.get(REDIS_URL_VARIABLE, "").strip() or DEFAULT_REDIS_URL
 
 
+def step_visibility_timeout() -> int:
+    return positive_int(STEP_VISIBILITY_TIMEOUT_VARIABLE, DEFAULT_STEP_VISIBILITY_TIMEOUT)
+
+
+def heartbeat_seconds() -> float:
+    """How often a worker marks the step it holds as alive, and how often an idle worker looks for steps
+    whose worker stopped doing so: a sixth of the visibility timeout, so five beats may be missed."""
+    return max(1.0, step_visibility_timeout() / 6)
+
+
 def celery_settings() -> dict[str, Any]:
     """The Celery settings the executor and the workers share (Celery's lowercase names).
 
-    Acknowledged late, and rejected back to the queue when the worker process is lost, so a step a dead
-    worker held is delivered again instead of lost; one message at a time per worker, so a busy worker
-    never sits on steps another could run.
+    Acknowledged late, so a step a dead worker held stays in Redis, unacknowledged, instead of being lost;
+    one message at a time per worker, so a busy worker never sits on steps another could run.
+
+    Redis hands an unacknowledged message to another worker once its time in kombu's ``unacked_index``
+    is older than the visibility timeout. A worker keeps that time fresh for the step it executes, every
+    ``heartbeat_seconds()`` (celery_worker_app.py), so a step running for hours on a live worker is never
+    handed on, while a dead worker's step is, within the timeout plus one scan. Each idle worker scans
+    every ``heartbeat_seconds()`` (kombu's default is every 10 x 10 s).
     """
+    timeout = step_visibility_timeout()
+    scan = max(1, round(heartbeat_seconds()))
     return {
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
-            "visibility_timeout": positive_int(
-                STEP_VISIBILITY_TIMEOUT_VARIABLE, DEFAULT_STEP_VISIBILITY_TIMEOUT
-            ),
+            "visibility_timeout": timeout,
+            "unacked_restore_interval": scan,
+            "unacked_restore_throttle": 1,
+            # A worker that dies while scanning leaves the scan's lock behind: it expires with the timeout.
+            "unacked_mutex_expire": timeout,
             # dagster-celery's defaults for connecting, kept.
             "max_retries": 3,
             "interval_start": 0,
@@ -108,9 +128,39 @@ def executor() -> dg.ExecutorDefinition:
     broker: str | dict[str, str] = (
         {"env": REDIS_URL_VARIABLE} if os.environ.get(REDIS_URL_VARIABLE, "").strip() else DEFAULT_REDIS_URL
     )
-    return celery_executor.configured(
+    return _settings_recording(celery_executor).configured(
         {"broker": broker, "backend": broker, "config_source": celery_settings()},
         name="celery_workers",
+    )
+
+
+def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
+    """dagster-celery's executor, which first tags the run with the data-shaping settings its process
+    resolved (run_settings.py), before any step leaves for a worker: the one truth each step compares with.
+    """
+    from dagster_celery.executor import CeleryExecutor
+
+    class SettingsRecordingCeleryExecutor(CeleryExecutor):
+        def execute(self, plan_context: Any, execution_plan: Any) -> Any:
+            plan_context.instance.add_run_tags(
+                plan_context.run_id, run_settings.as_tags(run_settings.resolve())
+            )
+            return super().execute(plan_context, execution_plan)
+
+    def create(init_context: dg.InitExecutorContext) -> dg.Executor:
+        made = celery_executor.executor_creation_fn(init_context)  # type: ignore[misc]
+        assert isinstance(made, CeleryExecutor)
+        arguments = made.app_args()
+        # app_args gives the settings wrapped for Celery; the constructor takes them as a dict.
+        arguments["config_source"] = dict(vars(arguments["config_source"]))
+        return SettingsRecordingCeleryExecutor(**arguments)
+
+    return dg.ExecutorDefinition(
+        name=celery_executor.name,
+        config_schema=celery_executor.config_schema,  # type: ignore[arg-type]
+        executor_creation_fn=create,
+        requirements=dg.multiple_process_executor_requirements(),
+        description=celery_executor.description,
     )
 
 

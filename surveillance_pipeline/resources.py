@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline import run_settings
 from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.distributed import in_step_worker
@@ -27,6 +28,31 @@ from surveillance_pipeline.lab.geocoder import LabGeocoder
 from surveillance_pipeline.run_health import claim_run_process
 
 
+def refuse_other_settings(context: dg.InitResourceContext) -> None:
+    """In a Celery worker, refuse a step when this process resolves a data-shaping setting otherwise than
+    the run's process did (run_settings.py): never a silent difference between the run and its steps.
+
+    Every step passes here: every asset that writes needs the warehouse, every source the data folder.
+    """
+    if not in_step_worker() or context.run is None:
+        return
+    recorded = run_settings.from_tags(context.run.tags)
+    if recorded is None:
+        raise dg.Failure(
+            f"run {context.run.run_id} carries no {run_settings.SETTINGS_TAG} tag: its process did not "
+            "record the settings it resolved, so this worker cannot tell whether it would write the same; "
+            "launch the run again with this version of the code location"
+        )
+    differing = run_settings.differences(recorded, run_settings.resolve())
+    if differing:
+        raise dg.Failure(
+            f"this worker's settings differ from run {context.run.run_id}'s, so the step would write "
+            "something else; start the worker with the run's settings (docs/scaling.md):\n  "
+            + "\n  ".join(differing),
+            metadata={"differences": "\n".join(differing)},
+        )
+
+
 class Warehouse(dg.ConfigurableResource):
     """The PostGIS database our targets live in. The URL (with its password) comes from the environment."""
 
@@ -44,6 +70,7 @@ class Warehouse(dg.ConfigurableResource):
         # the next run on this host fail it.
         if context.instance is not None and context.run is not None and not in_step_worker():
             claim_run_process(context.instance, context.run, context.log)
+        refuse_other_settings(context)
 
     def connect(self) -> psycopg.Connection:
         """An autocommit connection: every write happens inside an explicit ``conn.transaction()``."""
@@ -75,6 +102,10 @@ class DataPaths(dg.ConfigurableResource):
     # The region layer region_assignment reads when its config names none: definitions binds the lab's
     # districts (lab/data/lab_districts.geojson), so no domain needs to know the lab.
     region_layer: str = ""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # The source observations need no warehouse: the data folder is what they all set up.
+        refuse_other_settings(context)
 
     def raw(self, slug: str) -> Path:
         return Path(self.root) / "raw" / f"{slug}.json"

@@ -22,10 +22,12 @@ class Workers:
         self.folder = folder
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
+    def start(
+        self, name: str, extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None
+    ) -> None:
         log = (self.folder / f"{name}.log").open("wb")
         self.processes[name] = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
-            worker_command(name),
+            worker_command(name) + (extra_args or []),
             cwd=PROJECT_ROOT,
             env={**self.env, **(extra_env or {})},
             stdout=log,

@@ -16,16 +16,21 @@ stays short), split into runs of PER_RUN species. Then:
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from surveillance_pipeline import run_settings
+from surveillance_pipeline.core.settings import DATA_DIR_VARIABLE
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
@@ -49,8 +54,9 @@ pytestmark = [pytest.mark.db, pytest.mark.dagster, pytest.mark.distributed]
 
 SPECIES_COUNT = 12
 PER_RUN = 4
-# Short, so a dead worker's step is taken over within the test; far above any step's time here.
-VISIBILITY_TIMEOUT = 20
+# A dead worker's step must run again on a live worker within this many seconds of the death (the default
+# SURVEILLANCE_STEP_VISIBILITY_TIMEOUT of 30 s, plus a scan, plus the hop).
+HANDOVER_LIMIT = 60
 SPECIES_ASSETS = sorted(defs.resolve_job_def(SPECIES_ASSETS_JOB).graph.node_dict)
 PARTITION_STATUS = """
 query Status($key: AssetKeyInput!) {
@@ -163,7 +169,6 @@ def cluster(server_url, tmp_path_factory):
             "REDIS_URL": redis.url,
             "SURVEILLANCE_PARTITIONS_PER_RUN": str(PER_RUN),
             "SURVEILLANCE_PARTITION_WRITERS": "2",
-            "SURVEILLANCE_STEP_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT),
         }
         data = root / "data"
         server = DagsterDev(root / "dagster_home", warehouse, storage, data, extra_env=distributed)
@@ -191,6 +196,10 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     # No run names a worker as its process: a worker that dies must not make the next run fail this one.
     worker_pids = {host_pid.split(":")[1] for host_pid in workers.names()}
     assert not {_run_tags(server, run_id).get(PID_TAG) for run_id in run_ids} & worker_pids
+    # Each run carries the data-shaping settings its process resolved, which every step compared with its own.
+    recorded = {_run_tags(server, run_id).get(run_settings.SETTINGS_TAG) for run_id in run_ids}
+    assert len(recorded) == 1 and None not in recorded
+    assert json.loads(recorded.pop())[DATA_DIR_VARIABLE] == str(data.resolve())
 
     # Dagster's own picture, as the UI shows it: every partition of every species asset materialized.
     for asset in SPECIES_ASSETS:
@@ -245,7 +254,16 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
         time.sleep(0.2)
     assert signal_file.read_text().split()[1] == worker3.split(":")[1]
     workers.kill("worker3")
+    killed_at = datetime.now()
     status, killed_runs = server.wait_backfill(backfill, timeout=900)
+    # The step worker3 held (the last it received), received again by worker1. Celery's log lines:
+    # "[2026-12-01 20:36:01,123: INFO/MainProcess] Task dagster.execute_plan[<id>] received".
+    received = r"^\[([\d-]+ [\d:,]+): INFO/MainProcess\] Task \S+\[([\w-]+)\] received"
+    held = re.findall(received, workers.log("worker3"), re.M)[-1][1]
+    again = [stamp for stamp, task in re.findall(received, workers.log("worker1"), re.M) if task == held]
+    handover = (datetime.strptime(again[0], "%Y-%m-%d %H:%M:%S,%f") - killed_at).total_seconds()
+    print(f"handover: worker3's step received by worker1 {handover:.1f} s after the kill")
+    assert handover < HANDOVER_LIMIT, handover
     rows = _provenance(warehouse, killed_runs)
     loaded = Counter((asset, slug) for asset, slug, action, _ in rows if action == "loaded")
     # The tables load again; what lives in files skips (their state is the file itself).

@@ -38,10 +38,10 @@ DEFAULT_PARTITIONS_PER_RUN = 8
 # the workers' count is the useful value.
 PARTITION_WRITERS_VARIABLE = "SURVEILLANCE_PARTITION_WRITERS"
 DEFAULT_PARTITION_WRITERS = 2
-# Seconds before Redis hands an unacknowledged step to another worker: how long a step of a dead worker
-# waits to be taken over, and the longest a step may run before a second worker starts it as well.
+# Seconds a step may go without its worker's heartbeat before Redis hands it to another worker: how long
+# a dead worker's step waits to be taken over. A live worker's step is never handed on, however long.
 STEP_VISIBILITY_TIMEOUT_VARIABLE = "SURVEILLANCE_STEP_VISIBILITY_TIMEOUT"
-DEFAULT_STEP_VISIBILITY_TIMEOUT = 3600
+DEFAULT_STEP_VISIBILITY_TIMEOUT = 30
 
 
 def profile() -> str:
