@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Every target that talks to PostGIS or Dagster runs with the provisioned environment. Dagster writes a
-# step's per-partition events in batches of up to DAGSTER_EVENT_BATCH_SIZE (surveillance_pipeline/reporting.py).
+# step's per-partition events in batches of up to DAGSTER_EVENT_BATCH_SIZE (surveillance_pipeline/orchestration/reporting.py).
 EVENT_BATCH_SIZE := 200
 WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
@@ -36,14 +36,14 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 	@$(WITH_ENV) broker=$${REDIS_URL:+REDIS_URL}; if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then \
 		echo "make run: profile distributed: steps go to the Celery workers through $${broker:-redis://127.0.0.1:6379/0} (make workers N=2; wait for their ready.)"; \
 	else echo "make run: profile local: every step in this process (SURVEILLANCE_PROFILE=distributed sends them to workers)"; fi
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.lab.run
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.run
 
 verify: provision ## Check every table target's partitions against the fingerprints their loads recorded (reads only)
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.verification
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.verify
 
 repair: provision ## make run, comparing every skipped partition's rows with its fingerprint (after make verify)
 	@mkdir -p .dagster
-	@$(WITH_ENV) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.lab.run
+	@$(WITH_ENV) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.commands.run
 
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh
@@ -64,13 +64,13 @@ faults: provision ## Kill, restart, overlap and disconnect loads; print the reli
 
 ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.pools && \
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.pools && \
 		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
 workers: provision ## Keep N Celery workers running for the distributed profile (make workers N=2); Ctrl-C stops them
 	@bash scripts/provision_redis.sh
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.workers $(or $(N),2)
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.orchestration.workers $(or $(N),2)
 
 bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --with-10m)
 	@mkdir -p .dagster

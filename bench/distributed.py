@@ -31,7 +31,7 @@ from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import load_registry, packaged_registry_path
-from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
+from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.dagster_dev import DagsterDev
 from surveillance_pipeline_tests.redis_server import PrivateRedis

@@ -15,9 +15,9 @@ import dagster as dg
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, data_dir
 from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
-from surveillance_pipeline.reporting import partition_range_tags
-from surveillance_pipeline.resources import DataPaths, Warehouse
-from surveillance_pipeline.run_config import QUIET_CONSOLE
+from surveillance_pipeline.orchestration.reporting import partition_range_tags
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
 
 
 def main(first: str, last: str) -> int:

@@ -6,8 +6,6 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline import run_settings
-from surveillance_pipeline.automation import automation_sensor
 from surveillance_pipeline.core.settings import (
     DATA_DIR_VARIABLE,
     DATABASE_URL_VARIABLE,
@@ -20,31 +18,68 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_VARIABLE,
     VERIFY_TARGETS_VARIABLE,
 )
-from surveillance_pipeline.distributed import executor
-from surveillance_pipeline.geocoding.service import DEFAULT_REQUESTS_PER_SECOND
-from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB, jobs_for
+from surveillance_pipeline.gbif.client import LAB_SOURCE
+from surveillance_pipeline.geocoding.service import DEFAULT_REQUESTS_PER_SECOND, LAB_GEOCODER
 from surveillance_pipeline.lab.districts import lab_layer_path
+from surveillance_pipeline.lab.resources import LabGbifSource, LabGeocoderSource
 from surveillance_pipeline.ledger import definitions as ledger
+from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
 from surveillance_pipeline.occurrences import definitions as occurrences
+from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.occurrences.schedules import weekly_ingest_schedule
 from surveillance_pipeline.occurrences.sensors import downloads_sensor
+from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.automation import automation_sensor
+from surveillance_pipeline.orchestration.distributed import executor
+from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB, jobs_for
+from surveillance_pipeline.orchestration.resources import (
+    DataPaths,
+    GbifAccount,
+    GbifSource,
+    GeocoderSource,
+    Warehouse,
+)
+from surveillance_pipeline.orchestration.run_health import dead_runs_sensor
+from surveillance_pipeline.orchestration.verification import (
+    TableTarget,
+    target_checks,
+    verify_job,
+    verify_schedule,
+)
 from surveillance_pipeline.places import definitions as places
+from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
+from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS
 from surveillance_pipeline.releases import definitions as releases
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
-from surveillance_pipeline.run_health import dead_runs_sensor
 from surveillance_pipeline.samples import definitions as samples
+from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE
 from surveillance_pipeline.snapshots import definitions as snapshots
-from surveillance_pipeline.verification import target_checks, verify_job, verify_schedule
+from surveillance_pipeline.snapshots.devil import snapshot_target
 
 # One process per run by default; Celery workers under SURVEILLANCE_PROFILE=distributed (distributed.py).
 EXECUTOR = executor()
 DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs, places.defs)
 
 
+def table_targets() -> list[TableTarget]:
+    """Every table an asset writes under job keys, each verified by a check of its asset."""
+    return [
+        TableTarget("occurrences", lambda: OCCURRENCES),
+        TableTarget("occurrence_sample", lambda: OCCURRENCE_SAMPLE),
+        TableTarget("geocoded_localities", lambda: GEOCODED_LOCALITIES),
+        # region_assignment loads the layer into regions first, then assigns: two tables, two checks.
+        TableTarget("region_assignment", lambda: REGIONS, "regions_table_holds_its_snapshot"),
+        TableTarget("region_assignment", lambda: REGION_ASSIGNMENT),
+        # The devil's versions are read when verified: a version bump is the one verified.
+        TableTarget("devil_snapshot", snapshot_target),
+        TableTarget("occurrence_batches", lambda: OCCURRENCE_FEED),
+    ]
+
+
 def live_resources() -> dict[str, Any]:
     # The data-shaping settings, resolved once: the same resolution a worker's steps compare with the
     # run's (run_settings.py).
     settings = run_settings.resolve()
+    gbif_sources = (settings[GBIF_SOURCE_VARIABLE], settings[GBIF_FALLBACK_SOURCE_VARIABLE])
     return {
         # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
         "warehouse": Warehouse(
@@ -54,12 +89,13 @@ def live_resources() -> dict[str, Any]:
         "paths": DataPaths(root=settings[DATA_DIR_VARIABLE], region_layer=str(lab_layer_path())),
         # Read only by the runs that publish; a missing variable fails such a run before its first step.
         "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
-        "gbif": GbifSource(
+        # The lab's implementations where a setting names the lab; the live ones otherwise.
+        "gbif": (LabGbifSource if LAB_SOURCE in gbif_sources else GbifSource)(
             source=settings[GBIF_SOURCE_VARIABLE],
             base_url=settings[GBIF_BASE_URL_VARIABLE],
             fallback=settings[GBIF_FALLBACK_SOURCE_VARIABLE],
         ),
-        "geocoder": GeocoderSource(
+        "geocoder": (LabGeocoderSource if settings[GEOCODER_VARIABLE] == LAB_GEOCODER else GeocoderSource)(
             kind=settings[GEOCODER_VARIABLE],
             base_url=settings[GEOCODER_URL_VARIABLE],
             requests_per_second=float(
@@ -81,7 +117,7 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
         for a in (domain.assets or [])
         if isinstance(a, dg.SourceAsset) and a.is_observable
     ]
-    checks = target_checks()
+    checks = target_checks(table_targets())
     operations = dg.Definitions(
         executor=EXECUTOR,
         asset_checks=checks,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from surveillance_pipeline.celery_worker_app import app
+from surveillance_pipeline.orchestration.celery_worker_app import app
 
 NOTE_AND_SLEEP = "surveillance_tests.note_and_sleep"
 

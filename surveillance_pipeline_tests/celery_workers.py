@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from surveillance_pipeline.workers import worker_command
+from surveillance_pipeline.orchestration.workers import worker_command
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT
 
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from surveillance_pipeline.instance_storage import storage_config
+from surveillance_pipeline.orchestration.instance_storage import storage_config
 from surveillance_pipeline_tests.scratch_databases import scratch_database as scratch_database_named
 
 # The public GBIF and Natural Earth files the tests read, carried in the repository (data/shared/, with

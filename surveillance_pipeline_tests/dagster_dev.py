@@ -92,7 +92,7 @@ class DagsterDev:
     def start(self, timeout: float = 90) -> None:
         # As `make ui` does: every pool's limit set before a run can claim it.
         subprocess.run(  # noqa: S603  # fixed argv, no shell
-            [sys.executable, "-m", "surveillance_pipeline.pools"],
+            [sys.executable, "-m", "surveillance_pipeline.commands.pools"],
             cwd=PROJECT_ROOT,
             env=self.env,
             check=True,

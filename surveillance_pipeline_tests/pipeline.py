@@ -12,16 +12,22 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.commands.run import WORKSPACE_FILE
 from surveillance_pipeline.core.keys import sha256_file
-from surveillance_pipeline.dagster_internals import execute_in_code_location
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.lab.gbif_client import LabGbifClient
-from surveillance_pipeline.lab.run import WORKSPACE_FILE
+from surveillance_pipeline.lab.resources import LabGeocoderSource
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
-from surveillance_pipeline.reporting import recorded_data_version
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, GeocoderSource, Warehouse
-from surveillance_pipeline.run_config import QUIET_CONSOLE
+from surveillance_pipeline.orchestration.dagster_internals import execute_in_code_location
+from surveillance_pipeline.orchestration.reporting import recorded_data_version
+from surveillance_pipeline.orchestration.resources import (
+    DataPaths,
+    GbifAccount,
+    GbifSource,
+    Warehouse,
+)
+from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
 from surveillance_pipeline.samples.assets import (
     occurrence_sample,
     occurrence_sample_summary,
@@ -110,7 +116,7 @@ def resources(database_url: str, data_dir: Path, edit: str = "none") -> dict[str
         "gbif": EditedGbifSource(edit=edit),
         # Only derived_dataset_registration reads it; test_registration binds one with a fake GBIF.
         "gbif_account": GbifAccount(user="tester", password="not-a-real-password"),
-        "geocoder": GeocoderSource(ledger_salt=TEST_LEDGER_SALT),
+        "geocoder": LabGeocoderSource(ledger_salt=TEST_LEDGER_SALT),
     }
 
 

@@ -33,7 +33,7 @@ from surveillance_pipeline.lab.batches import lab_batch, write_lab_batches
 from surveillance_pipeline.ledger.feed import apply_batch, read_batch
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.derive import derive_occurrences
-from surveillance_pipeline.resources import DataPaths
+from surveillance_pipeline.orchestration.resources import DataPaths
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import newest_devil_delivery
 from surveillance_pipeline.snapshots.deliveries import read_delivery

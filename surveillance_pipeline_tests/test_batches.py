@@ -8,8 +8,8 @@ from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.lab.batches import lab_batch_days, write_lab_batches
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.feed import read_batch
-from surveillance_pipeline.partitions import add_batch_days
-from surveillance_pipeline.reporting import partition_range_tags
+from surveillance_pipeline.orchestration.partitions import add_batch_days
+from surveillance_pipeline.orchestration.reporting import partition_range_tags
 from surveillance_pipeline_tests.pipeline import resources
 
 pytestmark = pytest.mark.db

@@ -1,4 +1,5 @@
-"""Pins what the project takes from Dagster's private API (surveillance_pipeline/dagster_internals.py).
+"""Pins what the project takes from Dagster's private API
+(surveillance_pipeline/orchestration/dagster_internals.py).
 
 Each test states the behaviour relied on; an upgrade that changes it fails here. The frame names the
 SIGTERM watcher relies on are pinned in test_run_health.py, the batch path in test_reporting.py.
@@ -13,9 +14,9 @@ import dagster as dg
 import pytest
 
 from surveillance_pipeline import dagster_internals as internals
+from surveillance_pipeline.commands.run import WORKSPACE_FILE
 from surveillance_pipeline.definitions import EXECUTOR
-from surveillance_pipeline.lab.run import WORKSPACE_FILE
-from surveillance_pipeline.reporting import PartitionReport, report_asset, report_partitions
+from surveillance_pipeline.orchestration.reporting import PartitionReport, report_asset, report_partitions
 from surveillance_pipeline_tests.pipeline import execute_as_launched, observe
 
 pytestmark = [pytest.mark.dagster]

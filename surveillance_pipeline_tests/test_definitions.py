@@ -5,7 +5,7 @@ import dagster as dg
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.load import OCCURRENCES
-from surveillance_pipeline.run_config import run_config_for
+from surveillance_pipeline.orchestration.run_config import run_config_for
 
 
 def test_definitions_load_with_every_asset_the_issues_name():

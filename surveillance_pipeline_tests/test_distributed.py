@@ -29,13 +29,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from surveillance_pipeline import run_settings
 from surveillance_pipeline.core.settings import DATA_DIR_VARIABLE
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import packaged_registry_path
-from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
-from surveillance_pipeline.outputs import DeclaredOutputs, declared_outputs
-from surveillance_pipeline.run_health import PID_TAG
+from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
+from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
+from surveillance_pipeline.orchestration.run_health import PID_TAG
 from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
@@ -123,7 +123,7 @@ def _run_tags(server: DagsterDev, run_id: str) -> dict[str, str]:
 def _make_run(env: dict[str, str]) -> None:
     """make run's own command, in one process (the local profile), on the same registry."""
     completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.lab.run"],
+        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,

@@ -29,8 +29,9 @@ from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.derive import derive_to_file
-from surveillance_pipeline.resources import GbifSource
+from surveillance_pipeline.orchestration.resources import GbifSource
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources
 
 DEVIL_SPECIES = species_by_slug(DEVIL)
@@ -279,7 +280,7 @@ def test_species_no_download_holds_come_from_search_and_others_from_the_download
     """Mixed sources: the devil from a download, the next species from the (lab) search, both loaded."""
     write_download(data_dir / "downloads" / "0001234-261129000000000.zip", [devil_row(i) for i in (5, 6, 7)])
     (data_dir / "downloads" / "README.txt").write_text("my notes\n", encoding="utf-8")
-    mixed = {**resources(database_url, data_dir), "gbif": GbifSource(source="download", fallback="lab")}
+    mixed = {**resources(database_url, data_dir), "gbif": LabGbifSource(source="download", fallback="lab")}
     other = species_by_slug("thylacinus-cynocephalus")
     with dg.instance_for_test() as instance:
         for slug in (DEVIL, other.slug):

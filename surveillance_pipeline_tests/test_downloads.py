@@ -28,10 +28,10 @@ from surveillance_pipeline.gbif.licenses import CC_BY, CC_BY_NC, normalize_licen
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, partition_keys, species_by_slug
+from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
-from surveillance_pipeline.resources import GbifSource
 from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
@@ -305,7 +305,7 @@ def test_a_zip_that_is_no_gbif_download_is_refused(tmp_path):
 
 def _download_resources(database_url: str, data_dir: Path) -> dict:
     """The test resources with ingest reading data/downloads/ (GBIF_SOURCE=download)."""
-    return {**resources(database_url, data_dir), "gbif": GbifSource(source="download", fallback="lab")}
+    return {**resources(database_url, data_dir), "gbif": LabGbifSource(source="download", fallback="lab")}
 
 
 @pytest.mark.db
@@ -380,7 +380,7 @@ def test_the_downloads_sensor_runs_once_per_new_download_and_only_for_the_downlo
     )
     assert tick(first.cursor).run_requests == []
 
-    searching = {**definitions.resources, "gbif": GbifSource(source="lab")}
+    searching = {**definitions.resources, "gbif": LabGbifSource(source="lab")}
     assert "does not read downloads" in tick(None, searching).skip_message
 
 

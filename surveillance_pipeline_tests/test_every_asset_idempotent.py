@@ -1,7 +1,7 @@
 """The CI assertion for every asset: materialized twice, and again from scratch on shuffled input, same bytes.
 
 The assets come from the assembled Definitions, not from a list kept here, so a new asset cannot escape.
-Each asset declares the tables and data folders it writes (``surveillance_pipeline.outputs``); an asset
+Each asset declares the tables and data folders it writes (``orchestration.outputs``); an asset
 without the declaration fails this test, and so does a table or file that no declaration covers.
 
 Compared: every declared table by an md5 of its rows in primary-key order (a table without a key: in the
@@ -26,12 +26,12 @@ import dagster as dg
 import psycopg
 import pytest
 
+from surveillance_pipeline.commands.run import batch_days_present, prepare_lab_inputs, run_plan
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.lab.run import batch_days_present, prepare_lab_inputs, run_plan
-from surveillance_pipeline.outputs import declared_outputs
+from surveillance_pipeline.orchestration.outputs import declared_outputs
+from surveillance_pipeline.orchestration.reporting import recorded_data_version
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
-from surveillance_pipeline.reporting import recorded_data_version
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.pipeline import (
     check_evaluations,

@@ -16,9 +16,9 @@ from surveillance_pipeline.geocoding.service import (
 from surveillance_pipeline.lab.gbif_client import lab_records
 from surveillance_pipeline.lab.geocoder import LabGeocoder
 from surveillance_pipeline.occurrences.assets import gbif_raw
+from surveillance_pipeline.orchestration.resources import GeocoderSource
 from surveillance_pipeline.places.assets import geocoded_localities
 from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
-from surveillance_pipeline.resources import GeocoderSource
 from surveillance_pipeline_tests.fake_geocoder import FakeGeocoder
 from surveillance_pipeline_tests.pipeline import DEVIL, TEST_LEDGER_SALT, metadata, resources
 

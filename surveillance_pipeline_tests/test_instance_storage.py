@@ -8,14 +8,18 @@ import pytest
 from sqlalchemy import event
 
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.instance_storage import (
+from surveillance_pipeline.orchestration.instance_storage import (
     PooledPostgresEventLogStorage,
     PooledPostgresRunStorage,
     PooledPostgresStorage,
 )
-from surveillance_pipeline.partitions import species_partitions
-from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
-from surveillance_pipeline.run_config import QUIET_CONSOLE
+from surveillance_pipeline.orchestration.partitions import species_partitions
+from surveillance_pipeline.orchestration.reporting import (
+    PartitionReport,
+    partition_range_tags,
+    report_partitions,
+)
+from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
 from surveillance_pipeline_tests.dagster_dev import project_dagster_home
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]

@@ -5,9 +5,9 @@ import collections
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.commands.run import run_all_partitions, step_seconds, summarize
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.lab.run import run_all_partitions, step_seconds, summarize
 from surveillance_pipeline_tests.pipeline import (
     SPINE,
     check_evaluations,

@@ -7,9 +7,9 @@ import sys
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.commands.run import summarize
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.lab.run import summarize
-from surveillance_pipeline.partitions import species_partitions
+from surveillance_pipeline.orchestration.partitions import species_partitions
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, project_dagster_home
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.pipeline import partitions_in_status
@@ -27,7 +27,7 @@ def _make_run(tmp_path, dagster_storage_url, database_url, data_dir, extra_env):
         **extra_env,
     }
     return subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.lab.run"],
+        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,

@@ -3,7 +3,7 @@
 import pytest
 
 from surveillance_pipeline.definitions import defs
-from surveillance_pipeline.pools import POOL_LIMIT, asset_pools, ensure_pool_limits
+from surveillance_pipeline.orchestration.pools import POOL_LIMIT, asset_pools, ensure_pool_limits
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 

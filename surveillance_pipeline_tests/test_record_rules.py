@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.commands.run import batch_days_present
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import sha256_file
@@ -24,7 +25,6 @@ from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.gbif.rules import MAX_GBIF_ID
-from surveillance_pipeline.lab.run import batch_days_present
 from surveillance_pipeline.ledger.feed import BATCH_HEADER, read_batch
 from surveillance_pipeline.ledger.sensors import batches_sensor
 from surveillance_pipeline.snapshots.deliveries import DELIVERY_HEADER, read_delivery

@@ -5,12 +5,13 @@ import hashlib
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.lab.resources import LabGbifSource
+from surveillance_pipeline.orchestration.resources import GbifAccount
 from surveillance_pipeline.releases.assets import (
     derived_dataset_registration,
     register_derived_dataset,
     sample_export,
 )
-from surveillance_pipeline.resources import GbifAccount, GbifSource
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.pipeline import SAMPLED, materialize, resources
@@ -49,7 +50,7 @@ def _register(instance, database_url, data_dir, gbif, config, raise_on_error=Tru
         instance=instance,
         resources={
             **resources(database_url, data_dir),
-            "gbif": GbifSource(source="lab", base_url=gbif.base_url),
+            "gbif": LabGbifSource(source="lab", base_url=gbif.base_url),
             "gbif_account": GbifAccount(user="tester", password=PASSWORD),
         },
         run_config={"ops": {"register_derived_dataset_op": {"config": config}}},

@@ -12,9 +12,13 @@ import pytest
 from surveillance_pipeline import reporting
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.partitions import species_partitions
-from surveillance_pipeline.reporting import PartitionReport, partition_range_tags, report_partitions
-from surveillance_pipeline.run_config import QUIET_CONSOLE
+from surveillance_pipeline.orchestration.partitions import species_partitions
+from surveillance_pipeline.orchestration.reporting import (
+    PartitionReport,
+    partition_range_tags,
+    report_partitions,
+)
+from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
 from surveillance_pipeline_tests.pipeline import execute_as_launched, partitions_in_status
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]

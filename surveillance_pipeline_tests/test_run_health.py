@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 
-from surveillance_pipeline.run_health import RunProcess, process_start, this_host
+from surveillance_pipeline.orchestration.run_health import RunProcess, process_start, this_host
 
 
 def test_this_process_is_alive_and_a_finished_one_is_gone():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from surveillance_pipeline import run_settings
-from surveillance_pipeline.distributed import STEP_WORKER_VARIABLE
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.distributed import STEP_WORKER_VARIABLE
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 
 
 @pytest.mark.parametrize(

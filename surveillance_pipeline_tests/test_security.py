@@ -29,8 +29,9 @@ from psycopg import sql
 
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.lab.districts import lab_layer_path
+from surveillance_pipeline.lab.resources import LabGbifSource
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, Warehouse
 from surveillance_pipeline.releases.assets import register_derived_dataset, sample_export
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline_tests.fake_gbif import FakeGbif
@@ -154,7 +155,7 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         resources = {
             "warehouse": Warehouse(database_url=dg.EnvVar("SURVEILLANCE_DATABASE_URL")),
             "paths": DataPaths(root=str(data_dir), region_layer=str(lab_layer_path())),
-            "gbif": GbifSource(source="lab", base_url=gbif.base_url),
+            "gbif": LabGbifSource(source="lab", base_url=gbif.base_url),
             "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
         }
 

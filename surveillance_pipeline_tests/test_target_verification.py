@@ -24,12 +24,12 @@ import psycopg
 import pytest
 
 from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, verify_target
-from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.definitions import assemble, table_targets
 from surveillance_pipeline.gbif.registry import partition_keys, species_by_slug
 from surveillance_pipeline.lab.deliveries import delivery_a
-from surveillance_pipeline.resources import Warehouse
+from surveillance_pipeline.orchestration.resources import Warehouse
+from surveillance_pipeline.orchestration.verification import VERIFY_JOB
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline.verification import VERIFY_JOB, table_targets
 from surveillance_pipeline_tests.pipeline import execute_as_launched, file_hashes, resources, rows_md5
 from surveillance_pipeline_tests.test_every_asset_idempotent import SPECIES_COUNT, run_everything
 

@@ -18,10 +18,10 @@ import pytest
 
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.instance_storage import storage_config
-from surveillance_pipeline.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
-from surveillance_pipeline.reporting import partition_range_tags, recorded_data_version
+from surveillance_pipeline.orchestration.instance_storage import storage_config
+from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
+from surveillance_pipeline.orchestration.reporting import partition_range_tags, recorded_data_version
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline_tests.browser import Browser
 from surveillance_pipeline_tests.conftest import scratch_database
@@ -195,7 +195,7 @@ def _data_versions(instance, asset):
 def _make_run(server):
     """`make run`'s own command, on the server's instance, warehouse and GBIF; its summary table."""
     done = subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.lab.run"],
+        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
         cwd=PROJECT_ROOT,
         env=server.env,
         capture_output=True,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from surveillance_pipeline.distributed import QUEUE
+from surveillance_pipeline.orchestration.distributed import QUEUE
 from surveillance_pipeline_tests.celery_probe_task import NOTE_AND_SLEEP
 from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT
@@ -55,7 +55,7 @@ def test_the_supervisor_replaces_a_dead_worker_and_stops_all_with_status_0(tmp_p
         env = {**os.environ, "REDIS_URL": redis.url}
         with output.open("wb") as sink:
             supervisor = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
-                [sys.executable, "-m", "surveillance_pipeline.workers", "2"],
+                [sys.executable, "-m", "surveillance_pipeline.orchestration.workers", "2"],
                 cwd=PROJECT_ROOT,
                 env=env,
                 stdout=sink,

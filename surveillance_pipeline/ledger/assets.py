@@ -5,15 +5,15 @@ from typing import Any
 import dagster as dg
 
 from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED, apply_day, batch_path
-from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.partitions import batch_days
-from surveillance_pipeline.reporting import (
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.partitions import batch_days
+from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
     report_partitions,
 )
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 
 
 @dg.asset(

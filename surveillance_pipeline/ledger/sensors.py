@@ -13,8 +13,8 @@ from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.batches import applied_checksums
 from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
-from surveillance_pipeline.partitions import batch_days
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.partitions import batch_days
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 
 
 @dg.sensor(

@@ -25,15 +25,15 @@ from surveillance_pipeline.occurrences.load import (
     verified_derived_file,
 )
 from surveillance_pipeline.occurrences.maps import occurrences_map
-from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.partitions import species_asset
-from surveillance_pipeline.reporting import (
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.partitions import species_asset
+from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
     report_partitions,
 )
-from surveillance_pipeline.resources import DataPaths, GbifSource, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, Warehouse
 
 
 class OccurrencesConfig(dg.Config):

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.reporting import partition_range_tags
+from surveillance_pipeline.orchestration.reporting import partition_range_tags
 
 
 def weekly_ingest_schedule(job_name: str) -> dg.ScheduleDefinition:

@@ -24,8 +24,8 @@ from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_
 from surveillance_pipeline.gbif.downloads import describe_download, downloads_version, list_downloads
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.assets import gbif_downloads
-from surveillance_pipeline.reporting import DATA_VERSION_TAG, partition_range_tags
-from surveillance_pipeline.resources import DataPaths, GbifSource
+from surveillance_pipeline.orchestration.reporting import DATA_VERSION_TAG, partition_range_tags
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource
 
 
 def folder_listing(files: list[Path]) -> str:

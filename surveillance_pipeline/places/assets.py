@@ -3,16 +3,16 @@
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
-from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.partitions import species_asset
-from surveillance_pipeline.places import geocoded, regions
-from surveillance_pipeline.reporting import (
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.partitions import species_asset
+from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
     report_partitions,
 )
-from surveillance_pipeline.resources import DataPaths, GeocoderSource, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSource, Warehouse
+from surveillance_pipeline.places import geocoded, regions
 
 
 @species_asset(

@@ -10,12 +10,21 @@ from typing import Any
 import dagster as dg
 import psycopg
 
-from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.core.figures import histogram_png, kept_figure, markdown_image
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
-from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.partitions import species_asset
+from surveillance_pipeline.orchestration.automation import REFRESH_WHEN_INPUTS_CHANGE
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.partitions import species_asset
+from surveillance_pipeline.orchestration.reporting import (
+    DATA_VERSION_TAG,
+    PartitionEvents,
+    PartitionReport,
+    outcome_report,
+    report_asset,
+    report_partitions,
+)
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.releases.build import (
     EXPORT_VERSION,
     BuiltExport,
@@ -37,15 +46,6 @@ from surveillance_pipeline.releases.masking import (
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
 from surveillance_pipeline.releases.registration import register_export
 from surveillance_pipeline.releases.replay import replay_masked_release as replay_from_provenance
-from surveillance_pipeline.reporting import (
-    DATA_VERSION_TAG,
-    PartitionEvents,
-    PartitionReport,
-    outcome_report,
-    report_asset,
-    report_partitions,
-)
-from surveillance_pipeline.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 
 
 def _export(

@@ -2,18 +2,18 @@
 
 import dagster as dg
 
-from surveillance_pipeline.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
-from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.partitions import species_asset
-from surveillance_pipeline.reporting import (
+from surveillance_pipeline.orchestration.automation import REFRESH_WHEN_INPUTS_CHANGE
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.partitions import species_asset
+from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
     report_asset,
     report_partitions,
 )
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 from surveillance_pipeline.samples.engines import (
     duckdb_summary,
     postgis_summary,

@@ -3,9 +3,9 @@
 import dagster as dg
 
 from surveillance_pipeline.core.errors import StaleInputError
-from surveillance_pipeline.outputs import outputs_metadata
-from surveillance_pipeline.reporting import PartitionEvents, outcome_report, report_asset
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.reporting import PartitionEvents, outcome_report, report_asset
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.deliveries import Delivery, newest_delivery, read_delivery
 

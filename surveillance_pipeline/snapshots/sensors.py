@@ -15,9 +15,9 @@ import dagster as dg
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, held_job_key
-from surveillance_pipeline.reporting import DATA_VERSION_TAG
-from surveillance_pipeline.resources import DataPaths, Warehouse
-from surveillance_pipeline.run_config import op_config, run_config_for
+from surveillance_pipeline.orchestration.reporting import DATA_VERSION_TAG
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.run_config import op_config, run_config_for
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import DevilSnapshotConfig, devil_delivery, devil_snapshot
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery

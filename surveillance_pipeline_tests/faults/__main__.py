@@ -84,7 +84,7 @@ def run_concurrency(bench: Bench, counts: list[int]) -> list[Tally]:
 POOL_INSTANCE = """\
 storage:
   custom:
-    module: surveillance_pipeline.instance_storage
+    module: surveillance_pipeline.orchestration.instance_storage
     class: PooledPostgresStorage
     config:
       postgres_url: {env: FAULTS_DAGSTER_STORAGE_URL}
@@ -113,7 +113,7 @@ def run_pools(bench: Bench, counts: list[int], server_url: str) -> list[Tally]:
         import dagster as dg
 
         from surveillance_pipeline.definitions import defs
-        from surveillance_pipeline.pools import ensure_pool_limits
+        from surveillance_pipeline.orchestration.pools import ensure_pool_limits
 
         with dg.DagsterInstance.from_config(str(home)) as instance:
             ensure_pool_limits(instance, defs)

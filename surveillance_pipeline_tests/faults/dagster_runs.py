@@ -67,7 +67,7 @@ def _instance(home_env: dict[str, str]) -> dg.DagsterInstance:
 def set_pool_limits(home_env: dict[str, str]) -> None:
     """As make run and make ui do before any run claims a slot."""
     subprocess.run(  # noqa: S603  # our own module, fixed argv
-        [str(PROJECT_ROOT / ".venv" / "bin" / "python"), "-m", "surveillance_pipeline.pools"],
+        [str(PROJECT_ROOT / ".venv" / "bin" / "python"), "-m", "surveillance_pipeline.commands.pools"],
         cwd=PROJECT_ROOT,
         env={**os.environ, **home_env},
         check=True,

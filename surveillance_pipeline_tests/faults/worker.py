@@ -22,7 +22,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.occurrences.assets import occurrences
-from surveillance_pipeline.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 
 DEVIL = "sarcophilus-harrisii"

@@ -5,17 +5,17 @@ are of different runs, so of different species, and each partition's advisory lo
 dagster.yaml's ``pools: default_limit: 1`` is applied when Dagster first makes a pool's row, at the pool's
 first claim; two runs claiming a pool that has no row yet both got a slot (2 of 4 trials in the fault
 suite). So the limits are set before any run claims them, as ``dagster instance concurrency set <pool> 1``
-would: by ``make run``, ``make ui`` and ``python -m surveillance_pipeline.pools``. A limit a user already
-set (in the UI or with the CLI) is left as it is.
+would: by ``make run``, ``make ui`` and ``python -m surveillance_pipeline.commands.pools``. A limit a
+user already set (in the UI or with the CLI) is left as it is.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-from surveillance_pipeline.dagster_internals import op_pools, show_automation_running
-from surveillance_pipeline.distributed import partition_writers
-from surveillance_pipeline.partitions import species_partitions
+from surveillance_pipeline.orchestration.dagster_internals import op_pools
+from surveillance_pipeline.orchestration.distributed import partition_writers
+from surveillance_pipeline.orchestration.partitions import species_partitions
 
 POOL_LIMIT = 1
 
@@ -38,19 +38,3 @@ def ensure_pool_limits(instance: dg.DagsterInstance, definitions: dg.Definitions
     for pool, limit in missing.items():
         storage.set_concurrency_slots(pool, limit)
     return missing
-
-
-def main() -> int:
-    """Prepare the instance for the UI and daemon: pool limits, and automation shown as it runs."""
-    from surveillance_pipeline.definitions import defs
-
-    with dg.DagsterInstance.get() as instance:
-        for pool, limit in ensure_pool_limits(instance, defs).items():
-            print(f"pool {pool}: limit {limit}")
-        if show_automation_running(instance):
-            print("automation: shown as running (it runs as automation_sensor)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""The Celery app a worker runs: `celery -A surveillance_pipeline.celery_worker_app worker` (make workers).
+"""The Celery app a worker runs (make workers):
+`celery -A surveillance_pipeline.orchestration.celery_worker_app worker`.
 
 It registers dagster-celery's step task with the settings the executor uses (distributed.py), built from
 the worker's own environment: REDIS_URL, the warehouse and Dagster storage variables, SURVEILLANCE_DATA_DIR.
@@ -26,7 +27,7 @@ from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_task
 from kombu.transport.redis import Channel
 
-from surveillance_pipeline.distributed import (
+from surveillance_pipeline.orchestration.distributed import (
     STEP_WORKER_VARIABLE,
     celery_settings,
     heartbeat_seconds,

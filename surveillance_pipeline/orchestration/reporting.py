@@ -34,7 +34,7 @@ import dagster as dg
 
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import RefreshOutcome
-from surveillance_pipeline.dagster_internals import (
+from surveillance_pipeline.orchestration.dagster_internals import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     CODE_VERSION_TAG,

@@ -32,7 +32,7 @@ from dagster_postgres import (
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Engine
 
-from surveillance_pipeline.dagster_internals import (
+from surveillance_pipeline.orchestration.dagster_internals import (
     ConfigurableClassData,
     EventLogEntry,
     PostgresStorageConfig,
@@ -43,7 +43,7 @@ from surveillance_pipeline.dagster_internals import (
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
 
-    from surveillance_pipeline.dagster_internals import UserConfigSchema
+    from surveillance_pipeline.orchestration.dagster_internals import UserConfigSchema
 
 POOLED_CONNECTIONS = 1
 # Beyond the pool, for threads of a daemon storing at once; closed when returned.

@@ -27,7 +27,6 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline import run_settings
 from surveillance_pipeline.core.settings import (
     DEFAULT_PARTITION_WRITERS,
     DEFAULT_PARTITIONS_PER_RUN,
@@ -41,6 +40,7 @@ from surveillance_pipeline.core.settings import (
     positive_int,
     profile,
 )
+from surveillance_pipeline.orchestration import run_settings
 
 # Celery's queue for our steps (dagster-celery's default queue).
 QUEUE = "dagster"

@@ -5,8 +5,8 @@ from typing import Any
 
 import dagster as dg
 
-from surveillance_pipeline.distributed import species_backfill_policy
 from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.orchestration.distributed import species_backfill_policy
 
 species_partitions = dg.StaticPartitionsDefinition(partition_keys())
 

@@ -8,10 +8,8 @@ from pathlib import Path
 import dagster as dg
 import psycopg
 
-from surveillance_pipeline import run_settings
 from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.refresh import ensure_state_tables
-from surveillance_pipeline.distributed import in_step_worker
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
 from surveillance_pipeline.gbif.client import API_SOURCE, DOWNLOAD_SOURCE, LAB_SOURCE, SOURCES, GbifClient
 from surveillance_pipeline.geocoding.service import (
@@ -23,9 +21,9 @@ from surveillance_pipeline.geocoding.service import (
     Geocoder,
     HttpGeocoder,
 )
-from surveillance_pipeline.lab.gbif_client import LabGbifClient
-from surveillance_pipeline.lab.geocoder import LabGeocoder
-from surveillance_pipeline.run_health import claim_run_process
+from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.distributed import in_step_worker
+from surveillance_pipeline.orchestration.run_health import claim_run_process
 
 
 def refuse_other_settings(context: dg.InitResourceContext) -> None:
@@ -175,10 +173,16 @@ class GbifSource(dg.ConfigurableResource):
                     f"GBIF_FALLBACK_SOURCE={source!r}: expected {LAB_SOURCE!r} or {API_SOURCE!r}"
                 )
         if source == LAB_SOURCE:
-            return LabGbifClient()
+            return self.lab_client()
         if source == API_SOURCE:
             return ApiGbifClient(self.base_url)
         raise ValueError(f"GBIF_SOURCE={source!r}: no search client")
+
+    def lab_client(self) -> GbifClient:
+        """The lab's GBIF: only the lab's resource (lab/resources.py, bound by definitions) has it."""
+        raise ValueError(
+            f"GBIF_SOURCE={LAB_SOURCE!r} needs the lab's GBIF: bind lab.resources.LabGbifSource as 'gbif'"
+        )
 
     def _checked_source(self) -> str:
         if self.source not in SOURCES:
@@ -206,7 +210,7 @@ class GeocoderSource(dg.ConfigurableResource):
 
     def geocoder(self) -> Geocoder:
         if self.kind == LAB_GEOCODER:
-            return LabGeocoder()
+            return self.lab_geocoder()
         if self.kind == HTTP_GEOCODER:
             return HttpGeocoder(
                 self.base_url,
@@ -215,3 +219,10 @@ class GeocoderSource(dg.ConfigurableResource):
                 user_agent=self.user_agent,
             )
         raise ValueError(f"GEOCODER={self.kind!r}: expected {LAB_GEOCODER!r} or {HTTP_GEOCODER!r}")
+
+    def lab_geocoder(self) -> Geocoder:
+        """The lab's gazetteer: only the lab's resource (lab/resources.py, bound by definitions) has it."""
+        raise ValueError(
+            f"GEOCODER={LAB_GEOCODER!r} needs the lab's gazetteer: bind lab.resources.LabGeocoderSource as "
+            "'geocoder'"
+        )

@@ -1,6 +1,7 @@
 """``make workers N=2``: keep N Celery workers running for the distributed profile, and stop them together.
 
-Each worker is its own process (``celery -A surveillance_pipeline.celery_worker_app worker``), which could as
+Each worker is its own process (``celery -A surveillance_pipeline.orchestration.celery_worker_app
+worker``), which could as
 well run on another host with the same environment: the warehouse and Dagster storage variables, REDIS_URL,
 the data-shaping settings of the runs (run_settings.py) and a SURVEILLANCE_DATA_DIR on shared storage. A
 worker executes one step at a time, in its own process (``--pool solo``): the pid provenance records is the
@@ -25,9 +26,9 @@ import sys
 import time
 
 from surveillance_pipeline.core.settings import DISTRIBUTED_PROFILE, PROFILE_VARIABLE
-from surveillance_pipeline.distributed import QUEUE
+from surveillance_pipeline.orchestration.distributed import QUEUE
 
-APP = "surveillance_pipeline.celery_worker_app"
+APP = "surveillance_pipeline.orchestration.celery_worker_app"
 # A worker that dies sooner than this after its start is restarted after a growing pause (a broken
 # environment would otherwise restart it in a tight loop).
 QUICK_DEATH_SECONDS = 10

@@ -4,9 +4,9 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from surveillance_pipeline.dagster_internals import UnresolvedAssetJobDefinition
-from surveillance_pipeline.partitions import batch_days, species_partitions
-from surveillance_pipeline.run_config import run_config_for
+from surveillance_pipeline.orchestration.dagster_internals import UnresolvedAssetJobDefinition
+from surveillance_pipeline.orchestration.partitions import batch_days, species_partitions
+from surveillance_pipeline.orchestration.run_config import run_config_for
 
 SPECIES_ASSETS_JOB = "species_assets"
 WHOLE_TARGET_ASSETS_JOB = "whole_target_assets"

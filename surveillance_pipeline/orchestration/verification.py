@@ -14,9 +14,6 @@ every skip, ``make repair`` (``SURVEILLANCE_VERIFY_TARGETS=1``).
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,16 +22,8 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.fingerprints import PartitionVerdict, verify_target
-from surveillance_pipeline.core.migrations import MIGRATIONS, applied_version
-from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE
 from surveillance_pipeline.core.targets import Target
-from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
-from surveillance_pipeline.occurrences.load import OCCURRENCES
-from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
-from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS
-from surveillance_pipeline.resources import Warehouse
-from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE
-from surveillance_pipeline.snapshots.devil import snapshot_target
+from surveillance_pipeline.orchestration.resources import Warehouse
 
 CHECK_NAME = "holds_its_snapshot"
 VERIFY_JOB = "verify_targets"
@@ -44,25 +33,19 @@ LISTED = 50
 
 @dataclass(frozen=True)
 class TableTarget:
-    """A table target, the asset that writes it and the name of the check that verifies it."""
+    """A table target, the asset that writes it and the name of the check that verifies it.
+
+    ``target_of`` gives the target at call time, so a version bump (or a test's) is the one verified.
+    The list of them is assembled in definitions.py, from the domains' targets.
+    """
 
     asset: str
-    target: Target
+    target_of: Callable[[], Target]
     check: str = CHECK_NAME
 
-
-def table_targets() -> list[TableTarget]:
-    """Every table an asset writes under job keys, read at call time (a version bump counts)."""
-    return [
-        TableTarget("occurrences", OCCURRENCES),
-        TableTarget("occurrence_sample", OCCURRENCE_SAMPLE),
-        TableTarget("geocoded_localities", GEOCODED_LOCALITIES),
-        # region_assignment loads the layer into regions first, then assigns: two tables, two checks.
-        TableTarget("region_assignment", REGIONS, "regions_table_holds_its_snapshot"),
-        TableTarget("region_assignment", REGION_ASSIGNMENT),
-        TableTarget("devil_snapshot", snapshot_target()),
-        TableTarget("occurrence_batches", OCCURRENCE_FEED),
-    ]
+    @property
+    def target(self) -> Target:
+        return self.target_of()
 
 
 def verdicts_table(verdicts: Sequence[PartitionVerdict]) -> dg.TableMetadataValue:
@@ -108,17 +91,17 @@ def check_result(verdicts: Sequence[PartitionVerdict], target: Target, seconds: 
     )
 
 
-def holds_snapshot_check(asset: str, check: str, target_of: Callable[[], Target]) -> dg.AssetChecksDefinition:
+def holds_snapshot_check(table: TableTarget) -> dg.AssetChecksDefinition:
     @dg.asset_check(
-        asset=dg.AssetKey(asset),
-        name=check,
+        asset=dg.AssetKey(table.asset),
+        name=table.check,
         blocking=False,
-        description=f"Every partition of table {target_of().name} holds the rows its load wrote: count and "
+        description=f"Every partition of table {table.target.name} holds the rows its load wrote: count and "
         "digest recomputed and compared with the fingerprint in its state row. Fails naming the partitions "
         "that do not (edited, deleted, truncated, restored or replaced outside the pipeline).",
     )
     def _check(warehouse: Warehouse) -> dg.AssetCheckResult:
-        target = target_of()
+        target = table.target
         started = time.perf_counter()
         with warehouse.connect_for_reading() as conn:
             verdicts = verify_target(conn, target)
@@ -127,11 +110,8 @@ def holds_snapshot_check(asset: str, check: str, target_of: Callable[[], Target]
     return _check
 
 
-def target_checks() -> list[dg.AssetChecksDefinition]:
-    def target_named(name: str) -> Callable[[], Target]:
-        return lambda: next(t.target for t in table_targets() if t.target.name == name)
-
-    return [holds_snapshot_check(t.asset, t.check, target_named(t.target.name)) for t in table_targets()]
+def target_checks(tables: Sequence[TableTarget]) -> list[dg.AssetChecksDefinition]:
+    return [holds_snapshot_check(table) for table in tables]
 
 
 def verify_job(checks: Sequence[dg.AssetChecksDefinition]) -> dg.UnresolvedAssetJobDefinition:
@@ -155,50 +135,11 @@ def verify_schedule() -> dg.ScheduleDefinition:
     )
 
 
-def verify_all(conn: psycopg.Connection) -> list[tuple[TableTarget, list[PartitionVerdict], float]]:
+def verify_all(
+    conn: psycopg.Connection, tables: Sequence[TableTarget]
+) -> list[tuple[TableTarget, list[PartitionVerdict], float]]:
     results = []
-    for table in table_targets():
+    for table in tables:
         started = time.perf_counter()
         results.append((table, verify_target(conn, table.target), time.perf_counter() - started))
     return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``make verify``: the table of every target's partitions; exit 1 when any does not hold its snapshot."""
-    parser = argparse.ArgumentParser(description="Verify every table target against its fingerprints.")
-    parser.parse_args(argv)
-    url = os.environ.get(DATABASE_URL_VARIABLE)
-    if not url:
-        print(f"verify: {DATABASE_URL_VARIABLE} is not set (make verify sets it)", file=sys.stderr)
-        return 2
-    with psycopg.connect(url, autocommit=True, application_name="surveillance_pipeline verify") as conn:
-        if applied_version(conn) < MIGRATIONS[-1].version:
-            print("verify: this warehouse predates fingerprints; run `make run` once first", file=sys.stderr)
-            return 2
-        results = verify_all(conn)
-    failing = [v for _, verdicts, _ in results for v in verdicts if not v.holds]
-    print(f"{'asset':<22}{'table':<22}{'partitions':>11}{'holding':>9}{'not':>5}{'seconds':>9}")
-    for table, verdicts, seconds in results:
-        bad = sum(1 for v in verdicts if not v.holds)
-        print(
-            f"{table.asset:<22}{table.target.name:<22}{len(verdicts):>11}{len(verdicts) - bad:>9}{bad:>5}"
-            f"{seconds:>9.2f}"
-        )
-    if not failing:
-        print("verify: every partition holds the snapshot its load wrote")
-        return 0
-    print(f"\nnot holding their snapshot ({len(failing)}):")
-    for verdict in failing:
-        noted = f"edits noted: {verdict.noted_edits}" if verdict.noted_edits else "no edit noted"
-        print(f"  {verdict.target} {verdict.partition_key}: {verdict.describe()} ({noted})")
-    unnoted = sum(1 for v in failing if not v.noted_edits)
-    print(f"\nThe next `make run` reloads the {len(failing) - unnoted} noted partitions.", end=" ")
-    if unnoted:
-        print(f"{unnoted} changed where no trigger saw them: `make repair` reloads those too.")
-    else:
-        print()
-    return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

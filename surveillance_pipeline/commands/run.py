@@ -25,31 +25,30 @@ from psycopg import sql
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
-from surveillance_pipeline.dagster_internals import (
+from surveillance_pipeline.definitions import defs, table_targets
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.lab.batches import write_lab_batches
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
+from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
+from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
+from surveillance_pipeline.orchestration.dagster_internals import (
     SerializableErrorInfo,
     execute_in_code_location,
     job_op_names,
 )
-from surveillance_pipeline.definitions import defs
-from surveillance_pipeline.distributed import is_distributed
-from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.jobs import (
+from surveillance_pipeline.orchestration.distributed import is_distributed
+from surveillance_pipeline.orchestration.jobs import (
     BATCH_DAYS_JOB,
     OBSERVE_SOURCES_JOB,
     SPECIES_ASSETS_JOB,
     WHOLE_TARGET_ASSETS_JOB,
 )
-from surveillance_pipeline.lab.batches import write_lab_batches
-from surveillance_pipeline.lab.deliveries import write_lab_delivery
-from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
-from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
-from surveillance_pipeline.partitions import add_batch_days
-from surveillance_pipeline.pools import ensure_pool_limits
-from surveillance_pipeline.reporting import failed_partitions, partition_range_tags
-from surveillance_pipeline.run_config import quiet_run_config
+from surveillance_pipeline.orchestration.partitions import add_batch_days
+from surveillance_pipeline.orchestration.pools import ensure_pool_limits
+from surveillance_pipeline.orchestration.reporting import failed_partitions, partition_range_tags
+from surveillance_pipeline.orchestration.run_config import quiet_run_config
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline.verification import table_targets
 
 WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"
 LAB_DELIVERY_A_DATE = "2026-11-02"
