@@ -13,9 +13,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.orchestration import dagster_internals as internals
 from surveillance_pipeline.commands.run import WORKSPACE_FILE
 from surveillance_pipeline.definitions import EXECUTOR
+from surveillance_pipeline.orchestration import dagster_internals as internals
 from surveillance_pipeline.orchestration.reporting import PartitionReport, report_asset, report_partitions
 from surveillance_pipeline_tests.pipeline import execute_as_launched, observe
 

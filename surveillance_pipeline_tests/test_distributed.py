@@ -35,7 +35,7 @@ from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
-from surveillance_pipeline.orchestration.run_health import PID_TAG
+from surveillance_pipeline.orchestration.run_health import RunProcess
 from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
@@ -195,7 +195,8 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     assert {worker for _, _, _, worker in rows} == set(workers.names())
     # No run names a worker as its process: a worker that dies must not make the next run fail this one.
     worker_pids = {host_pid.split(":")[1] for host_pid in workers.names()}
-    assert not {_run_tags(server, run_id).get(PID_TAG) for run_id in run_ids} & worker_pids
+    processes = [RunProcess.from_tags(_run_tags(server, run_id), run_id) for run_id in run_ids]
+    assert not {str(process.pid) for process in processes if process} & worker_pids
     # Each run carries the data-shaping settings its process resolved, which every step compared with its own.
     recorded = {_run_tags(server, run_id).get(run_settings.SETTINGS_TAG) for run_id in run_ids}
     assert len(recorded) == 1 and None not in recorded

@@ -28,24 +28,27 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 import dagster as dg
 
-HOST_TAG = "surveillance/host"
-PID_TAG = "surveillance/pid"
-PID_START_TAG = "surveillance/pid_start"
-# The run that wrote the process tags. Dagster copies a run's tags to its re-executions: a re-execution
-# carries its parent's process until it tags its own, and must not be judged by the parent's (gone) one.
-PROCESS_OF_TAG = "surveillance/process_of"
+# One tag says where a run runs, in words: "pid 1234 (started 5678) on host/pidns:4026531836, for run
+# <run id>". The run id is the run that wrote it: Dagster copies a run's tags to its re-executions, and a
+# re-execution carries its parent's process until it tags its own, so it must not be judged by the
+# parent's (gone) one. One plain tag, so the runs list shows what a run did, not our bookkeeping.
+PROCESS_TAG = "surveillance/process"
+_PROCESS_TEXT = re.compile(
+    r"pid (?P<pid>[0-9]+) \(started (?P<start>[0-9]*)\) on (?P<host>.+), for run (?P<run>\S+)"
+)
 ALIVE = (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING)
 # Dagster's executor loop, and the call in it that runs one step: a run in the first but not the second
 # is between steps, which is where it waits for a pool slot. Pinned by test_faults (a CLI run waiting for
@@ -67,22 +70,19 @@ class RunProcess:
         return cls(this_host(), os.getpid(), process_start(os.getpid()) or "")
 
     def tags(self, run_id: str) -> dict[str, str]:
-        return {
-            HOST_TAG: self.host,
-            PID_TAG: str(self.pid),
-            PID_START_TAG: self.start,
-            PROCESS_OF_TAG: run_id,
-        }
+        return {PROCESS_TAG: f"pid {self.pid} (started {self.start}) on {self.host}, for run {run_id}"}
+
+    def describe(self) -> str:
+        return f"process {self.pid} on {self.host}"
 
     @classmethod
-    def from_tags(cls, tags: dict[str, str], run_id: str) -> RunProcess | None:
-        """The process run ``run_id`` tagged itself with; None when it has not (yet), or when the tags
-        were copied from another run (a re-execution inherits its parent's tags)."""
-        if HOST_TAG not in tags or PID_TAG not in tags or not tags[PID_TAG].isdigit():
+    def from_tags(cls, tags: Mapping[str, str], run_id: str) -> RunProcess | None:
+        """The process run ``run_id`` tagged itself with; None when it has not (yet), or when the tag was
+        copied from another run (a re-execution inherits its parent's tags)."""
+        match = _PROCESS_TEXT.fullmatch(tags.get(PROCESS_TAG, ""))
+        if match is None or match["run"] != run_id:
             return None
-        if tags.get(PROCESS_OF_TAG) != run_id:
-            return None
-        return cls(tags[HOST_TAG], int(tags[PID_TAG]), tags.get(PID_START_TAG, ""))
+        return cls(match["host"], int(match["pid"]), match["start"])
 
     def is_gone(self) -> bool:
         """Whether this process has ended. Only answerable on its own host; elsewhere, False."""
@@ -93,6 +93,11 @@ class RunProcess:
             return True
         # The pid lives on, but as another process (pids are reused): the run's own process is gone.
         return bool(self.start) and start != self.start
+
+
+def _process_of(run: dg.DagsterRun) -> str:
+    process = RunProcess.from_tags(run.tags, run.run_id)
+    return process.describe() if process else "process"
 
 
 def this_host() -> str:
@@ -128,8 +133,7 @@ def claim_run_process(
         if log is not None:
             log.warning(
                 f"run {dead.run_id} ({dead.job_name}) was still {dead.status.value} in Dagster, but its "
-                f"process {dead.tags.get(PID_TAG)} on {dead.tags.get(HOST_TAG)} is gone: marked failed, "
-                "its pool slots freed"
+                f"{_process_of(dead)} is gone: marked failed, its pool slots freed"
             )
     if log is not None:
         # Every pool, not only this run's: a run's plan is not at hand where resources are set up.
@@ -262,5 +266,5 @@ def dead_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         return dg.SkipReason("no dead run holds anything")
     return dg.SkipReason(
         "marked failed, slots freed: "
-        + ", ".join(f"{run.run_id} (pid {run.tags.get(PID_TAG)} gone)" for run in released)
+        + ", ".join(f"{run.run_id} ({_process_of(run)} gone)" for run in released)
     )
