@@ -13,7 +13,7 @@ WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
 
-.PHONY: help venv provision run verify repair test test-fast faults bench ui workers lint lock clean replay add-species
+.PHONY: help venv provision run plan verify repair test test-fast faults bench ui workers lint lock clean replay add-species
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 		echo "make run: profile distributed: steps go to the Celery workers through $${broker:-redis://127.0.0.1:6379/0} (make workers N=2; wait for their ready.)"; \
 	else echo "make run: profile local: every step in this process (SURVEILLANCE_PROFILE=distributed sends them to workers)"; fi
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.run
+
+plan: provision ## What the next make run would load, and why (reads only; like terraform plan)
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.plan
 
 verify: provision ## Check every table target's partitions against the fingerprints their loads recorded (reads only)
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.verify

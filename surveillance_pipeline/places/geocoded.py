@@ -25,7 +25,13 @@ from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_record_lines
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.geocoding.service import Geocoder, ledger_key, normalize_locality
 from surveillance_pipeline.occurrences.derive import check_request
-from surveillance_pipeline.places.ledger import GeocodeRun, answers_for, entries_checksum, geocode_missing
+from surveillance_pipeline.places.ledger import (
+    GeocodeRun,
+    LedgerEntry,
+    answers_for,
+    entries_checksum,
+    geocode_missing,
+)
 
 PACKAGE = "surveillance_pipeline.places"
 GEOCODED_LOCALITIES = Target(
@@ -73,6 +79,16 @@ def _records_without_coordinates(snapshot: RawSnapshot, raw_path: Path) -> Itera
             yield record_from_fields(fields)
 
 
+def geocoded_parts(
+    keyed: list[tuple[int, str]], entries: dict[str, LedgerEntry], service: str
+) -> JobKeyParts:
+    """The job key's parts of a species' geocoded rows: its (id, ledger key) pairs and the answers used."""
+    records_sha256 = sha256_hex(canonical_json([list(pair) for pair in keyed]).encode("utf-8"))
+    ledger = entries_checksum(service, entries)
+    checksum = sha256_hex(canonical_json({"records": records_sha256, "ledger": ledger}).encode("utf-8"))
+    return GEOCODED_LOCALITIES.key_parts(checksum, {"geocoder": service})
+
+
 @dataclass(frozen=True)
 class GeocodedOutcome:
     refresh: RefreshOutcome
@@ -103,10 +119,7 @@ def refresh_geocoded_localities(
         if missing:
             raise StaleInputError(f"{len(missing)} localities of {species.slug} have no geocoder answer yet")
         used.update({key: entry.as_list() for key, entry in entries.items()})
-        records_sha256 = sha256_hex(canonical_json([list(pair) for pair in keyed]).encode("utf-8"))
-        ledger = entries_checksum(geocoder.service, entries)
-        checksum = sha256_hex(canonical_json({"records": records_sha256, "ledger": ledger}).encode("utf-8"))
-        return GEOCODED_LOCALITIES.key_parts(checksum, {"geocoder": geocoder.service})
+        return geocoded_parts(keyed, entries, geocoder.service)
 
     def replace_rows(connection: psycopg.Connection) -> int:
         table = sql.Identifier(GEOCODED_LOCALITIES.name)

@@ -39,16 +39,17 @@ class BuiltExport:
     files: list[ExportFile]
 
 
-def _parts(input_checksum: str) -> JobKeyParts:
+def export_parts(input_checksum: str) -> JobKeyParts:
+    """An export's job key parts: what it was made from, the export's version and its format."""
     return JobKeyParts(input=input_checksum, transform=EXPORT_VERSION, config={}, schema=EXPORT_FORMAT)
 
 
 def sample_export_parts(conn: psycopg.Connection) -> JobKeyParts:
-    return _parts(sample_state_digest(conn))
+    return export_parts(sample_state_digest(conn))
 
 
 def devil_snapshot_export_parts(conn: psycopg.Connection) -> JobKeyParts:
-    return _parts(upstream_job_key(conn, DEVIL_SNAPSHOT.name, WHOLE_TARGET))
+    return export_parts(upstream_job_key(conn, DEVIL_SNAPSHOT.name, WHOLE_TARGET))
 
 
 def build_sample_export(conn: psycopg.Connection) -> BuiltExport:
