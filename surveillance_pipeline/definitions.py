@@ -49,6 +49,7 @@ from surveillance_pipeline.orchestration.verification import (
 from surveillance_pipeline.places import definitions as places
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS
+from surveillance_pipeline.planning.job import plan_next_run
 from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE
@@ -121,7 +122,7 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
     operations = dg.Definitions(
         executor=EXECUTOR,
         asset_checks=checks,
-        jobs=[*jobs_for(assets, observable_sources, checks), verify_job(checks)],
+        jobs=[*jobs_for(assets, observable_sources, checks), verify_job(checks), plan_next_run],
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB), verify_schedule()],
         sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB), dead_runs_sensor],
         resources=resources,

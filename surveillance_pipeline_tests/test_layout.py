@@ -18,9 +18,9 @@ DEVELOPMENT_DOC = PACKAGE_ROOT.parent / "docs" / "development.md"
 DOMAINS = {"occurrences", "places", "samples", "snapshots", "ledger", "releases"}
 # Clients of outside services over core only (GBIF, a geocoder): what every layer may build on.
 CLIENTS = {"gbif", "geocoding"}
-# The package root: the core, the clients, the domains, the lab, the Dagster plumbing, the code location
-# (definitions.py) and the commands above it.
-ROOT = {"core", *CLIENTS, *DOMAINS, "lab", "orchestration", "definitions", "commands", "__init__"}
+# The package root: the core, the clients, the domains, the lab, the Dagster plumbing, the plan (read
+# across the domains), the code location (definitions.py) and the commands above it.
+ROOT = {"core", *CLIENTS, *DOMAINS, "lab", "orchestration", "planning", "definitions", "commands", "__init__"}
 
 
 def _imports() -> dict[str, list[tuple[str, str, str, int]]]:

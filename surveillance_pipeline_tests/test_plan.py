@@ -8,13 +8,16 @@ with the reason the run then gives, and nothing it will not load; and it must no
 
 from __future__ import annotations
 
+import dagster as dg
 import pytest
 
-from surveillance_pipeline.commands.plan import MAY_LOAD, make_plan
+from surveillance_pipeline.gbif.registry import load_registry as species_registry
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.deliveries import delivery_a
+from surveillance_pipeline.planning.job import PLAN_JOB
+from surveillance_pipeline.planning.plan import MAY_LOAD, make_plan
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline_tests.pipeline import TEST_LEDGER_SALT
+from surveillance_pipeline_tests.pipeline import TEST_LEDGER_SALT, execute_as_launched
 from surveillance_pipeline_tests.test_target_verification import SPECIES, LoadedWarehouse, warehouse
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
@@ -57,5 +60,25 @@ def test_the_plan_names_what_the_next_run_loads_and_why(warehouse: LoadedWarehou
         ("devil_snapshot_export", "all"): "input changed",
         ("occurrence_batches", "2026-12-01"): "new batch",
     }
+    # The job plans every species of the registry; those the test never loaded are first loads.
+    output = plan_job_output(warehouse)
+    for (asset, partition), reason in planned.loads().items():
+        if partition in SPECIES:  # the whole targets follow every species there, loaded or not
+            assert f"{asset} {partition}: {reason}" in output["plan"].value
+    others = len(species_registry()) - len(SPECIES)
+    assert output["partitions that will load"].value > len(planned.loads()) + others
+
     assert warehouse.run() == planned.loads()
     assert plan_of(warehouse).loads() == {}
+
+
+def plan_job_output(loaded: LoadedWarehouse) -> dict:
+    """The plan as a user sees it in the UI: the plan_next_run job's output metadata."""
+    run = execute_as_launched(loaded.instance, loaded.defs.resolve_job_def(PLAN_JOB))
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    [record] = loaded.instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.STEP_OUTPUT
+    ).records
+    event = record.event_log_entry.dagster_event
+    assert event is not None
+    return dict(event.event_specific_data.metadata)

@@ -1,0 +1,365 @@
+"""The plan: what the next ``make run`` would load, and why, without writing anything (``make plan``, and
+the ``plan_next_run`` job in the UI).
+
+Each asset's job key is computed the way its load computes it, from what is on disk and in the state
+rows now, and compared with the key its partition holds (the habit of SQLMesh's and Terraform's
+``plan``). The reasons are the ones the run gives: ``first load``, ``input changed``, ``config changed``,
+``transform changed`` (the code), ``target edited outside the pipeline (...)`` (core/fingerprints.py), and
+``after <asset>`` when an upstream partition loads a new key first.
+
+What only the run can know is said as such: GBIF's answer (``gbif_raw`` asks GBIF at run time; the plan
+takes the answer to be the one on disk, so a changed answer loads more than planned), whether a
+re-derived file comes out different, and what the geocoder answers for localities it was never asked
+(``may load``). Reads only: a read-only connection, no file written, no Dagster run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from surveillance_pipeline.core.day_files import is_day_file_name
+from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, partition_watch
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, describe_change, sha256_hex
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_loaded_parts, last_recorded_output
+from surveillance_pipeline.core.targets import WHOLE_TARGET_REF, Target
+from surveillance_pipeline.gbif.registry import Species, load_registry
+from surveillance_pipeline.geocoding.service import ledger_key
+from surveillance_pipeline.ledger.batches import applied_checksums
+from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED, batch_path
+from surveillance_pipeline.occurrences.derive import DERIVED_ASSET, memo_holds
+from surveillance_pipeline.occurrences.load import OCCURRENCES, OccurrenceRules, occurrence_job_parts
+from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSource
+from surveillance_pipeline.orchestration.run_config import op_config
+from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES, geocoded_parts, localities_to_geocode
+from surveillance_pipeline.places.ledger import answers_for
+from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS, RegionLayer
+from surveillance_pipeline.releases.build import export_parts, sample_export_parts
+from surveillance_pipeline.releases.exports import export_is_current
+from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
+from surveillance_pipeline.releases.masking import MaskingRules, masked_release_parts
+from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_job_parts
+from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
+from surveillance_pipeline.snapshots.devil import (
+    DEVIL_SLUG,
+    DEVIL_SNAPSHOT,
+    SnapshotRules,
+    snapshot_job_parts,
+    snapshot_target,
+)
+
+LOAD = "load"
+MAY_LOAD = "may load"
+SKIP = "skip"
+ORDER = (
+    "gbif_raw",
+    "gbif_derived",
+    "occurrences",
+    "occurrence_sample",
+    "masked_release",
+    "geocoded_localities",
+    "regions",
+    "region_assignment",
+    "occurrence_batches",
+    "occurrence_feed",
+    "devil_snapshot",
+    "occurrence_sample_summary",
+    "devil_snapshot_export",
+    "sample_export",
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the next run does with one partition of one asset, and why."""
+
+    action: str
+    # The reason the run will give (in its provenance, its table and Dagster's event).
+    reason: str
+    # Whether the partition's key (its data version) changes: True, False, or None (only the run knows).
+    new_key: bool | None
+    # The upstream asset whose new key makes this one load, when that is why.
+    after: str = ""
+
+    def describe(self) -> str:
+        return f"{self.reason} (after {self.after})" if self.after else self.reason
+
+
+SKIPPED = Step(SKIP, "nothing changed", False)
+ASKS_GBIF = Step(SKIP, "asks GBIF at run time: loads only if its answer changed", False)
+
+
+@dataclass
+class Plan:
+    steps: dict[str, dict[str, Step]] = field(default_factory=lambda: defaultdict(dict))
+
+    def add(self, asset: str, partition: str, step: Step) -> Step:
+        self.steps[asset][partition] = step
+        return step
+
+    def loads(self, action: str = LOAD) -> dict[tuple[str, str], str]:
+        """(asset, partition) -> the reason the run will give, of every partition it will (or may) load."""
+        return {
+            (asset, partition): step.reason
+            for asset, partitions in self.steps.items()
+            for partition, step in partitions.items()
+            if step.action == action
+        }
+
+    def lines(self, listed: int = 20) -> list[str]:
+        lines = [f"{'asset':<26} {'load':>5} {'may':>5} {'skip':>5}  reasons"]
+        for asset in sorted(self.steps, key=lambda a: (ORDER.index(a) if a in ORDER else len(ORDER), a)):
+            steps = self.steps[asset].values()
+            actions = Counter(step.action for step in steps)
+            reasons = Counter(step.describe() for step in steps if step.action != SKIP)
+            why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons.items())) or "-"
+            lines.append(f"{asset:<26} {actions[LOAD]:>5} {actions[MAY_LOAD]:>5} {actions[SKIP]:>5}  {why}")
+        for action in (LOAD, MAY_LOAD):
+            chosen = sorted(self.loads(action).items())
+            if chosen:
+                lines += [
+                    "",
+                    f"partitions that {'will load' if action == LOAD else 'may load'} ({len(chosen)}):",
+                ]
+                lines += [
+                    f"  {asset} {partition}: {self.steps[asset][partition].describe()}"
+                    for (asset, partition), _ in chosen[:listed]
+                ]
+                if len(chosen) > listed:
+                    lines.append(f"  … and {len(chosen) - listed} more")
+        return lines
+
+
+def _after(upstream: list[tuple[str, Step]]) -> Step | None:
+    """The step an upstream change forces: a new key upstream loads this one (its input changed); an
+    unknown one may."""
+    for name, step in upstream:
+        if step.new_key:
+            return Step(LOAD, "input changed", True, after=name)
+    for name, step in upstream:
+        if step.new_key is None:
+            return Step(MAY_LOAD, "input changed", None, after=name)
+    return None
+
+
+class Planner:
+    """The plan of one warehouse and data folder, read in one connection."""
+
+    def __init__(self, conn: psycopg.Connection, paths: DataPaths, geocoder: GeocoderSource) -> None:
+        self.conn, self.paths, self.plan = conn, paths, Plan()
+        self.salt = geocoder.ledger_salt
+        # The ledger keeps each service's answers apart: the service the run's geocoder names.
+        self.geocoder = geocoder.geocoder().service
+
+    def held(self, target: str, partition: str) -> tuple[str, dict[str, Any]] | None:
+        row = self.conn.execute(
+            "SELECT job_key, parts FROM target_state WHERE target = %s AND partition_key = %s",
+            [target, partition],
+        ).fetchone()
+        return (str(row[0]), dict(row[1])) if row else None
+
+    def held_key(self, target: str, partition: str) -> str:
+        held = self.held(target, partition)
+        return held[0] if held else ""
+
+    def table(
+        self,
+        target: Target,
+        partition: str,
+        partition_ref: str,
+        parts: JobKeyParts | None,
+        upstream: list[tuple[str, Step]] = (),  # type: ignore[assignment]
+    ) -> Step:
+        """A table target's step: after an upstream's new key, else by its own key, then by its rows."""
+        held = self.held(target.name, partition)
+        if held is None:
+            return Step(LOAD, "first load", True)
+        forced = _after(list(upstream))
+        if forced is not None:
+            return forced
+        if parts is None:
+            return Step(MAY_LOAD, "input changed", None)
+        if held[0] != parts.key:
+            return Step(LOAD, describe_change(held[1], parts), True)
+        watch = partition_watch(self.conn, target, partition_ref)
+        if watch.edits:
+            return Step(LOAD, f"{EDITED_OUTSIDE} ({watch.edits})", False)
+        if not watch.intact:
+            return Step(MAY_LOAD, "watch off: the run compares its fingerprint", False)
+        return SKIPPED
+
+    def output(
+        self, asset: str, partition: str, parts: JobKeyParts, current: bool, upstream: list[tuple[str, Step]]
+    ) -> Step:
+        """A file output's step: after an upstream's new key, else by its key and its files."""
+        if last_recorded_output(self.conn, asset, partition) is None:
+            return Step(LOAD, "first load", True)
+        forced = _after(upstream)
+        if forced is not None:
+            return forced
+        if current:
+            return SKIPPED
+        # The reason report_derived_output gives: against the parts of the last load recorded.
+        reason = describe_change(last_loaded_parts(self.conn, asset, partition), parts)
+        if reason == "key recipe changed":
+            reason = "output was missing or edited"
+        recorded = last_recorded_output(self.conn, asset, partition)
+        return Step(LOAD, reason, recorded is None or recorded.job_key != parts.key)
+
+    def species(self, species: Species, layer: RegionLayer, regions: Step) -> None:
+        slug, ref, add = species.slug, str(species.species_id), self.plan.add
+        raw, derived = self.paths.raw(slug), self.paths.derived(slug)
+        raw_step = add("gbif_raw", slug, ASKS_GBIF if raw.is_file() else Step(LOAD, "first load", True))
+
+        memo = last_recorded_output(self.conn, DERIVED_ASSET, slug)
+        if raw_step.new_key or memo is None or not derived.is_file():
+            derived_step = add("gbif_derived", slug, Step(LOAD, "first load", True))
+        elif memo_holds(raw, memo.job_key, memo.detail.get("derived_sha256"), derived):
+            derived_step = add("gbif_derived", slug, SKIPPED)
+        else:
+            # Derived again; whether the file comes out different only the derive can tell.
+            derived_step = add("gbif_derived", slug, Step(LOAD, "input changed", None))
+
+        occurrence_parts = None
+        if derived_step.new_key is False:
+            occurrence_parts = occurrence_job_parts(derived, OccurrenceRules(**op_config("occurrences")))
+        occurrences = add(
+            "occurrences",
+            slug,
+            self.table(OCCURRENCES, slug, ref, occurrence_parts, [("gbif_derived", derived_step)]),
+        )
+        occurrences_key = self.held_key(OCCURRENCES.name, slug)
+        cap = int(op_config("occurrence_sample").get("cap", 100))
+        sample_parts = sample_job_parts(occurrences_key, cap) if occurrences_key else None
+        add(
+            "occurrence_sample",
+            slug,
+            self.table(OCCURRENCE_SAMPLE, slug, ref, sample_parts, [("occurrences", occurrences)]),
+        )
+        release_parts = masked_release_parts(occurrences_key, MaskingRules(**op_config("masked_release")))
+        current = export_is_current(self.paths.partition(MASKED_RELEASE, slug), release_parts.key)
+        add(
+            MASKED_RELEASE,
+            slug,
+            self.output(MASKED_RELEASE, slug, release_parts, current, [("occurrences", occurrences)]),
+        )
+
+        geocoded = add("geocoded_localities", slug, self.geocoded(species, raw_step))
+        inputs = {
+            "occurrences": occurrences_key,
+            "geocoded_localities": self.held_key(GEOCODED_LOCALITIES.name, slug),
+            "regions": self.held_key(REGIONS.name, WHOLE_TARGET),
+        }
+        assignment_parts = REGION_ASSIGNMENT.key_parts(
+            sha256_hex(canonical_json(inputs).encode("utf-8")), layer.config()
+        )
+        upstream = [("occurrences", occurrences), ("geocoded_localities", geocoded), ("regions", regions)]
+        add("region_assignment", slug, self.table(REGION_ASSIGNMENT, slug, ref, assignment_parts, upstream))
+
+    def geocoded(self, species: Species, raw_step: Step) -> Step:
+        raw = self.paths.raw(species.slug)
+        if raw_step.new_key or not raw.is_file():
+            return Step(LOAD, "first load", True)
+        records = localities_to_geocode(raw, species)
+        key_of = {text: ledger_key(self.salt, text) for text in sorted({r.normalized for r in records})}
+        entries = answers_for(self.conn, self.geocoder, key_of.values())
+        missing = set(key_of.values()) - set(entries)
+        if missing:
+            return Step(MAY_LOAD, f"asks the geocoder about {len(missing)} localities", None)
+        parts = geocoded_parts([(r.id, key_of[r.normalized]) for r in records], entries, self.geocoder)
+        return self.table(GEOCODED_LOCALITIES, species.slug, str(species.species_id), parts)
+
+    def regions(self) -> tuple[RegionLayer, Step]:
+        config = op_config("region_assignment")
+        layer = RegionLayer.configured(
+            config.get("layer", ""),
+            config.get("id_property", "region_id"),
+            config.get("name_property", "name"),
+            default=self.paths.region_layer,
+        )
+        return layer, self.plan.add(
+            "regions", WHOLE_TARGET, self.table(REGIONS, WHOLE_TARGET, WHOLE_TARGET_REF, layer.parts())
+        )
+
+    def batches(self) -> None:
+        folder = self.paths.batches()
+        applied = applied_checksums(self.conn, OCCURRENCE_FEED.name)
+        days = sorted(path.stem for path in folder.glob("*.csv") if is_day_file_name(path.name))
+        for day in days:
+            path = batch_path(folder, day)
+            known = sha256_hex(path.read_bytes()) in applied
+            self.plan.add("occurrence_batches", day, SKIPPED if known else Step(LOAD, "new batch", True))
+        watch = partition_watch(self.conn, OCCURRENCE_FEED, WHOLE_TARGET_REF)
+        if watch.edits:
+            self.plan.add(
+                "occurrence_feed", WHOLE_TARGET, Step(LOAD, f"{EDITED_OUTSIDE} ({watch.edits})", False)
+            )
+
+    def devil(self) -> Step:
+        path = newest_delivery(self.paths.deliveries(DEVIL_SLUG))
+        if path is None:
+            return self.plan.add("devil_snapshot", WHOLE_TARGET, Step(SKIP, "no delivery yet", False))
+        config = op_config("devil_snapshot")
+        rules = SnapshotRules(cap=int(config.get("cap", 1000)), licenses=tuple(config.get("licenses", ())))
+        parts = snapshot_job_parts(read_delivery(path), rules, snapshot_target())
+        return self.plan.add(
+            "devil_snapshot",
+            WHOLE_TARGET,
+            self.table(snapshot_target(), WHOLE_TARGET, WHOLE_TARGET_REF, parts),
+        )
+
+    def whole(self, devil: Step) -> None:
+        """The unpartitioned outputs: after what they read loads a new key, else by their own files."""
+        sample = _merge(self.plan.steps["occurrence_sample"].values())
+        summary = self.plan.add(
+            "occurrence_sample_summary", WHOLE_TARGET, _after([("occurrence_sample", sample)]) or SKIPPED
+        )
+        sample_parts = sample_export_parts(self.conn)
+        current = export_is_current(self.paths.exports("sample"), sample_parts.key)
+        upstream = [("occurrence_sample_summary", summary)]
+        self.plan.add(
+            "sample_export",
+            WHOLE_TARGET,
+            self.output("sample_export", WHOLE_TARGET, sample_parts, current, upstream),
+        )
+        devil_parts = export_parts(self.held_key(DEVIL_SNAPSHOT.name, WHOLE_TARGET))
+        current = export_is_current(self.paths.exports("devil_snapshot"), devil_parts.key)
+        self.plan.add(
+            "devil_snapshot_export",
+            WHOLE_TARGET,
+            self.output(
+                "devil_snapshot_export", WHOLE_TARGET, devil_parts, current, [("devil_snapshot", devil)]
+            ),
+        )
+
+    def run(self, species_planned: list[Species] | None = None) -> Plan:
+        layer, regions = self.regions()
+        for species in load_registry() if species_planned is None else species_planned:
+            self.species(species, layer, regions)
+        self.batches()
+        self.whole(self.devil())
+        return self.plan
+
+
+def _merge(steps: Any) -> Step:
+    """One step standing for many partitions: a new key if any has one, unknown if any is unknown."""
+    merged = SKIPPED
+    for step in steps:
+        if step.new_key:
+            return Step(LOAD, step.reason, True)
+        if step.new_key is None:
+            merged = Step(MAY_LOAD, step.reason, None)
+    return merged
+
+
+def make_plan(
+    conn: psycopg.Connection, paths: DataPaths, geocoder: GeocoderSource, species: list[Species] | None = None
+) -> Plan:
+    """The plan, read in one snapshot, in a transaction that is rolled back whatever it did: the ledger's
+    reads share-lock their rows, and nothing may stay of a plan."""
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return Planner(conn, paths, geocoder).run(species)
