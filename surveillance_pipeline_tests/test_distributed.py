@@ -196,6 +196,8 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     # No run names a worker as its process: a worker that dies must not make the next run fail this one.
     worker_pids = {host_pid.split(":")[1] for host_pid in workers.names()}
     processes = [RunProcess.from_tags(_run_tags(server, run_id), run_id) for run_id in run_ids]
+    # Each run names its own process (the daemon's run worker), so a killed one is failed by the next run.
+    assert None not in processes
     assert not {str(process.pid) for process in processes if process} & worker_pids
     # Each run carries the data-shaping settings its process resolved, which every step compared with its own.
     recorded = {_run_tags(server, run_id).get(run_settings.SETTINGS_TAG) for run_id in run_ids}

@@ -41,6 +41,7 @@ from surveillance_pipeline.core.settings import (
     profile,
 )
 from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.run_health import claim_run_process
 
 # Celery's queue for our steps (dagster-celery's default queue).
 QUEUE = "dagster"
@@ -144,6 +145,12 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
         def execute(self, plan_context: Any, execution_plan: Any) -> Any:
             plan_context.instance.add_run_tags(
                 plan_context.run_id, run_settings.as_tags(run_settings.resolve())
+            )
+            # The run's process, not a worker, is the run's: it is tagged here, where it lives, and it
+            # fails the dead runs of its host first, as a run does in the local profile (run_health.py).
+            # Its resources are set up on the workers, which must not claim the run.
+            claim_run_process(
+                plan_context.instance, plan_context.dagster_run, plan_context.log, stop_promptly=False
             )
             return super().execute(plan_context, execution_plan)
 

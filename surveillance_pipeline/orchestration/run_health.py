@@ -122,10 +122,18 @@ def process_start(pid: int) -> str | None:
 
 
 def claim_run_process(
-    instance: dg.DagsterInstance, run: dg.DagsterRun, log: dg.DagsterLogManager | None
+    instance: dg.DagsterInstance,
+    run: dg.DagsterRun,
+    log: dg.DagsterLogManager | None,
+    *,
+    stop_promptly: bool = True,
 ) -> None:
-    """Tag ``run`` with this process, then fail the dead runs on this host and free their slots."""
-    stop_promptly_while_waiting()
+    """Tag ``run`` with this process, then fail the dead runs on this host and free their slots.
+
+    ``stop_promptly``: also end a wait for a pool slot at SIGTERM (the in-process executor's loop; the
+    Celery executor's run process waits for its workers, not in that loop)."""
+    if stop_promptly:
+        stop_promptly_while_waiting()
     process = RunProcess.current()
     if RunProcess.from_tags(dict(run.tags), run.run_id) != process:
         instance.add_run_tags(run.run_id, process.tags(run.run_id))
