@@ -115,6 +115,15 @@ def _provenance(warehouse: str, run_ids: list[str]) -> list[tuple[str, str, str,
         ).fetchall()
 
 
+def _species_run_ids(warehouse: str) -> list[str]:
+    """The runs that recorded a species asset's partition."""
+    with psycopg.connect(warehouse) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT run_id FROM provenance WHERE asset = ANY(%s)", [SPECIES_ASSETS]
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
 def _run_tags(server: DagsterDev, run_id: str) -> dict[str, str]:
     answer = server.graphql(RUN_TAGS, {"id": run_id})["runOrError"]
     return {tag["key"]: tag["value"] for tag in answer["tags"]}
@@ -234,6 +243,21 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     assert {(asset, slug, action) for asset, slug, action, _ in _provenance(warehouse, again)} == {
         (asset, slug, "skipped") for asset, slug in every
     }
+
+    # 3b. make run under the profile: its species runs are split as a backfill's, and run side by side on
+    # the workers (each skips everything here).
+    with psycopg.connect(warehouse) as conn:
+        seen = {row[0] for row in conn.execute("SELECT DISTINCT run_id FROM provenance")}
+    _make_run(server.env)
+    with psycopg.connect(warehouse) as conn:
+        made = [row[0] for row in conn.execute("SELECT DISTINCT run_id FROM provenance")]
+    rows = _provenance(warehouse, [run_id for run_id in made if run_id not in seen])
+    assert {(asset, slug, action) for asset, slug, action, _ in rows} == {
+        (asset, slug, "skipped") for asset, slug in every
+    }
+    assert {worker for _, _, _, worker in rows} <= set(workers.names())
+    species_runs = {run_id for run_id in made if run_id not in seen} & set(_species_run_ids(warehouse))
+    assert len(species_runs) == -(-SPECIES_COUNT // PER_RUN)
 
     # 4. A worker killed in the middle of a load. worker2 gives way to worker3, whose first load stops just
     # before COMMIT (the fault suite's hook), so the kill lands inside a transaction, not between steps.

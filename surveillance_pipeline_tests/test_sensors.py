@@ -13,6 +13,7 @@ from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.sensors import batches_sensor
+from surveillance_pipeline.orchestration.distributed import partition_ranges
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
@@ -186,3 +187,24 @@ def test_automation_launches_nothing_after_a_skip_and_only_what_a_new_version_re
     assert result.total_requested == 1
     again = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=result.cursor)
     assert again.get_num_requested(dg.AssetKey("occurrence_sample")) == 0
+
+
+def test_under_the_distributed_profile_the_schedule_splits_species_as_a_backfill_does(
+    db, database_url, data_dir, instance, monkeypatch
+):
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    monkeypatch.setenv("SURVEILLANCE_PARTITIONS_PER_RUN", "8")
+    keys = partition_keys()
+    ranges = partition_ranges(keys)
+    assert len(ranges) == -(-len(keys) // 8)
+    covered = [k for first, last in ranges for k in keys[keys.index(first) : keys.index(last) + 1]]
+    assert covered == keys
+    schedule = assemble(resources(database_url, data_dir)).resolve_schedule_def("weekly_ingest")
+    monday = datetime(2026, 11, 30, 3, tzinfo=UTC)
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=monday)
+    requests = schedule.evaluate_tick(context).run_requests
+    assert [
+        (r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+        for r in requests
+    ] == ranges
+    assert len({r.run_key for r in requests}) == len(ranges)

@@ -11,11 +11,13 @@ last line printed: that is the line a user reads.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
@@ -36,7 +38,7 @@ from surveillance_pipeline.orchestration.dagster_internals import (
     execute_in_code_location,
     job_op_names,
 )
-from surveillance_pipeline.orchestration.distributed import is_distributed
+from surveillance_pipeline.orchestration.distributed import is_distributed, partition_ranges
 from surveillance_pipeline.orchestration.jobs import (
     BATCH_DAYS_JOB,
     OBSERVE_SOURCES_JOB,
@@ -91,7 +93,12 @@ def run_plan(
     days = add_batch_days(instance, batch_days_present(root))
     return [
         (OBSERVE_SOURCES_JOB, {}),
-        (SPECIES_ASSETS_JOB, partition_range_tags(species[0], species[-1])),
+        # One run in one process; under the distributed profile, runs of SURVEILLANCE_PARTITIONS_PER_RUN
+        # species, executed side by side (run_all_partitions), as a backfill splits them.
+        *(
+            (SPECIES_ASSETS_JOB, partition_range_tags(first, last))
+            for first, last in partition_ranges(species)
+        ),
         (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
         (WHOLE_TARGET_ASSETS_JOB, {}),
     ]
@@ -108,10 +115,11 @@ def run_all_partitions(
     root = root or data_dir()
     prepare_lab_inputs(root)
     ensure_pool_limits(instance, definitions)
-    runs = []
-    for job_name, tags in run_plan(instance, root):
+    runs: list[dg.DagsterRun] = []
+
+    def execute(job_name: str, tags: dict[str, str]) -> dg.DagsterRun:
         job = definitions.resolve_job_def(job_name)
-        run = execute_in_code_location(
+        return execute_in_code_location(
             instance,
             job,
             workspace_file=WORKSPACE_FILE,
@@ -121,8 +129,21 @@ def run_all_partitions(
             tags=tags,
             steps_elsewhere=is_distributed(),
         )
-        runs.append(run)
-        if run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run):
+
+    # Consecutive runs of one job (the species runs under the distributed profile) go side by side: each
+    # run's process only hands its steps to the workers and waits for them.
+    for job_name, group in itertools.groupby(run_plan(instance, root), key=lambda entry: entry[0]):
+        batch = [tags for _, tags in group]
+        if len(batch) == 1:
+            done = [execute(job_name, batch[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix=job_name) as pool:
+                done = list(pool.map(lambda tags, name=job_name: execute(name, tags), batch))
+        runs += done
+        if any(
+            run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run)
+            for run in done
+        ):
             break
     return runs
 

@@ -24,6 +24,7 @@ from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_
 from surveillance_pipeline.gbif.downloads import describe_download, downloads_version, list_downloads
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.occurrences.assets import gbif_downloads
+from surveillance_pipeline.orchestration.distributed import partition_ranges
 from surveillance_pipeline.orchestration.reporting import DATA_VERSION_TAG, partition_range_tags
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource
 
@@ -108,13 +109,16 @@ def downloads_sensor(job_name: str) -> dg.SensorDefinition:
             )
         cursor["version"] = version
         cursor["trigger"] = cursor.get("trigger", 0) + 1
-        keys = partition_keys()
+        # One run over every species; under the distributed profile, one per range, as a backfill splits.
+        ranges = partition_ranges(partition_keys())
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
-                    run_key=f"downloads|{version}|{cursor['trigger']}",
-                    tags={**partition_range_tags(keys[0], keys[-1]), "surveillance/downloads": version},
+                    run_key=f"downloads|{version}|{cursor['trigger']}"
+                    + (f"|{first}" if len(ranges) > 1 else ""),
+                    tags={**partition_range_tags(first, last), "surveillance/downloads": version},
                 )
+                for first, last in ranges
             ],
             cursor=json.dumps(cursor, sort_keys=True),
             asset_events=[observation],

@@ -175,6 +175,16 @@ def partitions_per_run() -> int:
     return positive_int(PARTITIONS_PER_RUN_VARIABLE, DEFAULT_PARTITIONS_PER_RUN)
 
 
+def partition_ranges(keys: list[str]) -> list[tuple[str, str]]:
+    """The (first, last) partition ranges runs over ``keys`` are split into, as a backfill splits them:
+    one range in one process; under the distributed profile, ranges of ``partitions_per_run()`` species,
+    so different species run on different workers at once (``make run``, the sensors, the schedule)."""
+    if not keys:
+        return []
+    size = partitions_per_run() if is_distributed() else len(keys)
+    return [(keys[i], keys[min(i + size, len(keys)) - 1]) for i in range(0, len(keys), size)]
+
+
 def partition_writers() -> int:
     """Steps of one species-partitioned asset that may run at once: 1, unless distributed."""
     if not is_distributed():
