@@ -1,5 +1,7 @@
 """The project's Dagster storage: dagster-postgres, its event log and run storage on pooled connections."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import dagster as dg
@@ -115,3 +117,31 @@ def test_a_range_runs_planned_materializations_are_written_in_one_batch(
             " WHERE dagster_event_type = 'ASSET_MATERIALIZATION_PLANNED'"
         ).fetchone()
     assert row == (1, 71, 71)
+
+
+def test_simultaneous_claims_of_a_pool_give_its_one_slot_to_one_step_and_queue_the_others(
+    postgres_instance,
+):
+    """Dagster's claim on autocommit connections let steps claiming at the same moment share a pool's one
+    slot, or all be assigned it (then none counts as waiting); each claim now runs under one lock."""
+    postgres_instance.event_log_storage.set_concurrency_slots("pool", 1)
+    config = {"postgres_url": postgres_instance.event_log_storage.postgres_url}
+    claimers = 4
+    for trial in range(10):
+        storages = [PooledPostgresEventLogStorage.from_config_value(None, config) for _ in range(claimers)]
+        barrier = threading.Barrier(claimers)
+
+        def claim(index: int, storages=storages, barrier=barrier, trial=trial) -> bool:
+            storages[index].get_concurrency_info("pool")  # connected before the race starts
+            barrier.wait()
+            status = storages[index].claim_concurrency_slot("pool", f"run-{trial}-{index}", "step")
+            return status.is_claimed
+
+        with ThreadPoolExecutor(claimers) as pool:
+            claimed = list(pool.map(claim, range(claimers)))
+        info = postgres_instance.event_log_storage.get_concurrency_info("pool")
+        assert (sum(claimed), len(info.claimed_slots), info.pending_step_count) == (1, 1, claimers - 1)
+        assert info.assigned_step_count == 1, "only the holder is assigned the slot"
+        for index, storage in enumerate(storages):
+            storage.free_concurrency_slots_for_run(f"run-{trial}-{index}")
+            storage.dispose()

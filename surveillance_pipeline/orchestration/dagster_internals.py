@@ -36,6 +36,9 @@ found" where a search of dagster-io/dagster's issues found no request for it):
   ``SqlEventLogStorageTable``, ``ConfigurableClassData``, ``UserConfigSchema``; instance_storage.py),
   which writes a range run's planned materializations in one batch, as dagster-postgres writes
   materializations. None found.
+- ``ConcurrencyClaimStatus``: the type of a pool claim, for the signature of the instance storage's
+  ``claim_concurrency_slot``, which runs Dagster's own claim under one lock (instance_storage.py says
+  why: simultaneous claims of a pool with limit 1 could both get its slot). None found.
 - ``SerializableErrorInfo``: the error a failed step records, read by make run to print the step's own
   error (lab/run.py). None found.
 - ``show_automation_running``: the UI reads the pre-sensor auto-materialize daemon's pause flag, which is
@@ -85,12 +88,14 @@ from dagster._utils.error import SerializableErrorInfo
 
 if TYPE_CHECKING:
     from dagster._config.config_schema import UserConfigSchema
+    from dagster._utils.concurrency import ConcurrencyClaimStatus
 
 __all__ = [
     "EventLogEntry",
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
     "CODE_VERSION_TAG",
+    "ConcurrencyClaimStatus",
     "DATA_VERSION_IS_USER_PROVIDED_TAG",
     "DATA_VERSION_TAG",
     "NULL_EVENT_POINTER",

@@ -15,11 +15,22 @@ second. Connections are pinged when checked out, so one dropped by a server rest
 failing a run. Runs launched by the daemon rebuild their instance from the same ``dagster.yaml`` and pool
 the same way. Schedule storage keeps dagster-postgres's behaviour: it is read by the daemon's ticks, not
 per partition.
+
+Pool slots are claimed and freed one process at a time. Dagster's claim is several statements on
+autocommit connections: it counts the unassigned slots, adds the step to the pool's queue as assigned if
+one was left, then picks a free slot row ``FOR UPDATE SKIP LOCKED`` and fills it. In autocommit the row
+lock ends with the SELECT, so steps claiming at the same moment all counted the same free slot and were
+all assigned it, and two could fill the one slot: of 30 trials of three simultaneous claims of a pool
+with limit 1, 6 ended with two steps holding it and 28 with more steps assigned than slots (an assigned
+step is no longer counted as waiting; the fault suite waited for waiters it could not see). Each claim
+and each release therefore runs under one transaction-scoped advisory lock in Dagster's database, held
+on a connection of its own: the same 30 trials then gave one holder and two waiters every time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
@@ -30,8 +41,10 @@ from dagster_postgres import (
     PostgresScheduleStorage,
 )
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from surveillance_pipeline.core.keys import advisory_lock_id
 from surveillance_pipeline.orchestration.dagster_internals import (
     ConfigurableClassData,
     EventLogEntry,
@@ -43,13 +56,15 @@ from surveillance_pipeline.orchestration.dagster_internals import (
 if TYPE_CHECKING:
     from dagster_postgres.auth import PgTokenProvider
 
-    from surveillance_pipeline.orchestration.dagster_internals import UserConfigSchema
+    from surveillance_pipeline.orchestration.dagster_internals import ConcurrencyClaimStatus, UserConfigSchema
 
 POOLED_CONNECTIONS = 1
 # Beyond the pool, for threads of a daemon storing at once; closed when returned.
 OVERFLOW_CONNECTIONS = 8
 # Reconnect after an hour, as the Dagster webserver does with its own pooled storage.
 RECYCLE_SECONDS = 3600
+# The advisory lock every pool claim and release takes, in Dagster's database.
+POOL_SLOTS_LOCK = advisory_lock_id("dagster", "pool-slots")
 
 
 def _arguments_from_config(config_value: Mapping[str, Any]) -> dict[str, Any]:
@@ -138,6 +153,32 @@ class PooledPostgresEventLogStorage(_PooledEngine, PostgresEventLogStorage):
             self._store_asset_event_tags(conn, events, event_ids)
             for index in sorted(last_by_asset.values()):
                 self._store_asset_event(conn, events[index], event_ids[index])
+
+    @contextmanager
+    def _pool_slots_locked(self) -> Iterator[None]:
+        """Hold the pool-slots lock for the block: Dagster's claim and release then run one at a time.
+
+        Transaction-scoped, so whatever ends the block (an error, the KeyboardInterrupt a waiting run gets
+        on SIGTERM, a dropped connection) gives it back. The block's own statements use other connections
+        (dagster-postgres opens its own for each), which is why the lock is taken on a connection of its own.
+        """
+        with self.index_transaction() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": POOL_SLOTS_LOCK})
+            yield
+
+    def claim_concurrency_slot(
+        self, concurrency_key: str, run_id: str, step_key: str, priority: int | None = None
+    ) -> ConcurrencyClaimStatus:
+        with self._pool_slots_locked():
+            return super().claim_concurrency_slot(concurrency_key, run_id, step_key, priority)
+
+    def free_concurrency_slots_for_run(self, run_id: str) -> None:
+        with self._pool_slots_locked():
+            super().free_concurrency_slots_for_run(run_id)
+
+    def free_concurrency_slot_for_step(self, run_id: str, step_key: str) -> None:
+        with self._pool_slots_locked():
+            super().free_concurrency_slot_for_step(run_id, step_key)
 
 
 class PooledPostgresStorage(DagsterPostgresStorage):

@@ -5,7 +5,10 @@ After every fault the suite checks three things, the columns of ``make faults``'
 - state consistent: the state row's job key is A's, its parts are the last loaded provenance's, and the rows
   are what that key describes (``snapshot_holds`` for devil_snapshot, A's reference md5 for occurrences);
 - converged: the next ordinary run loads B, and the target then equals B's reference md5.
-Concurrency trials instead check that exactly one of N simultaneous runs loaded and the rest skipped.
+Concurrency trials instead check that exactly one of N simultaneous runs loaded and the rest skipped. They
+also force the overlap they claim: the run that loads is held inside its load transaction until every
+other one is seen waiting (at the partition's lock, or in the pool's queue); a trial where that is not
+seen fails its row as "NO overlap seen", whatever its target and state hold.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import psycopg
 
+from surveillance_pipeline.core.keys import advisory_lock_id
 from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import (
     LOADED,
@@ -57,11 +61,11 @@ OCCURRENCES_MD5 = (
     "SELECT count(*), md5(coalesce(string_agg(concat_ws('|', id, species_id, year, longitude, latitude,"
     " license, ST_AsEWKT(geom)), E'\\n' ORDER BY id), '')) FROM occurrences WHERE species_id = %s"
 )
-# Backends of this database waiting for an advisory lock: the partition's, the only guard when pools
-# are bypassed. A waiter on any other lock would not count, and the trial would report no overlap.
-WAITING_FOR_LOCKS = (
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+# Backends of this database waiting for one advisory lock (a bigint key is classid, objid; objsubid 1).
+WAITING_FOR_LOCK = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND classid::bigint = %s AND objid::bigint = %s"
 )
 
 
@@ -160,18 +164,26 @@ class Tally:
     intact: int = 0
     consistent: int = 0
     converged: int = 0
+    # Trials that did not bring about the fault they test (an overlap not seen): the row fails, and the
+    # worker column says why, while the other columns still say what the target and its state hold.
+    unforced: int = 0
     notes: list[str] = field(default_factory=list)
 
-    def add(self, intact: bool, consistent: bool, converged: bool, note: str) -> None:
+    def add(self, intact: bool, consistent: bool, converged: bool, note: str, forced: bool = True) -> None:
         self.trials += 1
         self.intact += intact
         self.consistent += consistent
         self.converged += converged
+        self.unforced += not forced
         self.notes.append(note)
 
     @property
     def passed(self) -> bool:
-        return self.trials > 0 and self.trials == self.intact == self.consistent == self.converged
+        return (
+            self.trials > 0
+            and self.trials == self.intact == self.consistent == self.converged
+            and not self.unforced
+        )
 
     def row(self) -> tuple[str, str, str, str, str, str]:
         # The most common worker outcome, then any other, so a surprise is visible in the table.
@@ -284,6 +296,21 @@ def wait_for_signal(path: Path, process: subprocess.Popen[str]) -> tuple[str, in
     return name, int(backend)
 
 
+def _wait_for_any_signal(path: Path, processes: list[subprocess.Popen[str]]) -> tuple[str, int, int]:
+    """(fault point, process id, backend pid) once one of ``processes`` reached its fault point."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not path.exists():
+        if all(process.poll() is not None for process in processes) and not path.exists():
+            raise RuntimeError("every worker exited before its fault point")
+        if time.monotonic() > deadline:
+            for process in processes:
+                process.kill()
+            raise RuntimeError("no worker reached its fault point")
+        time.sleep(0.02)
+    name, pid, backend = path.read_text(encoding="utf-8").split()
+    return name, int(pid), int(backend)
+
+
 def _trial_files(bench: Bench, label: str, number: int) -> tuple[Path, Path]:
     signal_file = bench.work / f"{label}-{number}.signal"
     return signal_file, Path(f"{signal_file}.release")
@@ -340,33 +367,60 @@ def terminate_backend(bench: Bench) -> Callable[[int], None]:
     return interrupt
 
 
-def _wait_for_lock_waiters(bench: Bench, count: int) -> bool:
+def _partition_lock_waiters(conn: psycopg.Connection, target: str, partition: str) -> int:
+    """How many backends wait for the advisory lock of ``target``'s ``partition`` (refresh_partition's)."""
+    key = advisory_lock_id(target, partition) & 0xFFFF_FFFF_FFFF_FFFF
+    row = conn.execute(WAITING_FOR_LOCK, [key >> 32, key & 0xFFFF_FFFF]).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _wait_for_lock_waiters(bench: Bench, target: str, count: int) -> str:
+    """Empty once exactly ``count`` loaders wait for the partition's lock (the held one has it); else what
+    was seen last when WAIT_SECONDS ran out."""
     deadline = time.monotonic() + WAIT_SECONDS
+    waiting = 0
     with bench.connect() as conn:
         while time.monotonic() < deadline:
-            waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
-            if waiting is not None and waiting[0] >= count:
-                return True
+            waiting = _partition_lock_waiters(conn, target, _partition(target))
+            if waiting == count:
+                return ""
             time.sleep(0.05)
-    return False
+    return f"{waiting} of {count} seen waiting at the partition's lock"
 
 
-def _wait_for_pool_queue(bench: Bench, count: int, dagster_home: Path) -> bool:
-    """True once ``count`` steps wait for the occurrences pool and none waits at the database lock."""
+def _wait_for_pool_queue(bench: Bench, target: str, count: int, dagster_home: Path, held_pid: int) -> str:
+    """Empty once the held run (process ``held_pid``) is the pool's only holder, ``count`` other steps are
+    queued for the pool and none waits at the partition's lock; else what was seen last."""
     import dagster as dg  # only this trial needs an instance here
+    from surveillance_pipeline.run_health import PID_TAG
 
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+    seen = "nothing seen"
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance, bench.connect() as conn:
         deadline = time.monotonic() + WAIT_SECONDS
         while time.monotonic() < deadline:
-            info = instance.event_log_storage.get_concurrency_info("occurrences")
-            if info.pending_step_count >= count:
-                # Give a step that slipped past the pool time to show up at the lock, then look.
-                time.sleep(1.0)
-                with bench.connect() as conn:
-                    waiting = conn.execute(WAITING_FOR_LOCKS).fetchone()
-                return waiting is not None and waiting[0] == 0
+            held = {
+                run.run_id
+                for run in instance.get_runs(
+                    filters=dg.RunsFilter(
+                        tags={PID_TAG: str(held_pid)}, statuses=[dg.DagsterRunStatus.STARTED]
+                    )
+                )
+            }
+            info = instance.event_log_storage.get_concurrency_info(target)
+            holders = [slot.run_id for slot in info.claimed_slots]
+            queued = info.pending_run_ids - held
+            waiting = _partition_lock_waiters(conn, target, _partition(target))
+            whose = "the held run" if set(holders) == held else "not the held run"
+            seen = (
+                f"slot held by {len(holders)} run(s) ({whose}), {len(queued)} of {count} queued, "
+                f"{waiting} at the partition's lock"
+            )
+            if waiting:
+                return seen  # a step got past the pool: what the pool is there to prevent
+            if len(held) == 1 and set(holders) == held and len(queued) == count:
+                return ""
             time.sleep(0.1)
-    return False
+    return seen
 
 
 def concurrent_trial(
@@ -379,11 +433,13 @@ def concurrent_trial(
     """``workers`` plain materialize() calls of one occurrences partition at the same moment.
 
     The first to take the partition's lock is held just before COMMIT until all the others are seen
-    waiting for that lock, so the overlap is certain rather than likely.
+    waiting for that lock (exactly ``workers - 1`` waiters on that lock in pg_locks), so the overlap is
+    certain rather than likely, however slowly the others start.
 
     With ``shared_instance`` (the environment of a DAGSTER_HOME whose instance has the project's pools),
-    the others must instead be seen queued for the ``occurrences`` pool while none waits at the database
-    lock: the pool serializes the runs before they reach the database.
+    the others must instead be seen queued for the ``occurrences`` pool, the held run the pool's only
+    holder, and none waiting at the database lock: the pool serializes the runs before they reach the
+    database. Either way, the held run is released only then (or after WAIT_SECONDS, failing the row).
     """
     target = "occurrences"
     bench.reset_to_a(target)
@@ -404,13 +460,14 @@ def concurrent_trial(
         for _ in range(workers)
     ]
     start.touch()
-    overlapped = False
+    unseen = "not reached"
     try:
-        wait_for_signal(signal_file, processes[0])
+        _, held_pid, _ = _wait_for_any_signal(signal_file, processes)
         if shared_instance is None:
-            overlapped = _wait_for_lock_waiters(bench, workers - 1)
+            unseen = _wait_for_lock_waiters(bench, target, workers - 1)
         else:
-            overlapped = _wait_for_pool_queue(bench, workers - 1, Path(shared_instance["DAGSTER_HOME"]))
+            home = Path(shared_instance["DAGSTER_HOME"])
+            unseen = _wait_for_pool_queue(bench, target, workers - 1, home, held_pid)
     finally:
         release.touch()
     results = [process.communicate(timeout=WAIT_SECONDS) for process in processes]
@@ -429,5 +486,7 @@ def concurrent_trial(
         again = load_in_process(conn, target, bench.snapshots.b)
     converged = actions == expected and again.action == SKIPPED
     loaded = actions.count(LOADED)
-    note = f"{loaded} loaded, {actions.count(SKIPPED)} skipped" + ("" if overlapped else ", NO overlap seen")
-    tally.add(intact, consistent and overlapped, converged, note)
+    note = f"{loaded} loaded, {actions.count(SKIPPED)} skipped" + (
+        f", NO overlap seen: {unseen}" if unseen else ""
+    )
+    tally.add(intact, consistent, converged, note, forced=not unseen)
