@@ -41,6 +41,12 @@ found" where a search of dagster-io/dagster's issues found no request for it):
   why: simultaneous claims of a pool with limit 1 could both get its slot). None found.
 - ``SerializableErrorInfo``: the error a failed step records, read by make run to print the step's own
   error (lab/run.py). None found.
+- The names of Dagster's executor loop and step call (``executor_state``): a run's main thread between
+  steps is waiting for a pool slot, and run_health.py ends that wait at SIGTERM by raising
+  KeyboardInterrupt there (CPython's ``PyThreadState_SetAsyncExc``), because Dagster defers the signal
+  outside a step's code and no public hook interrupts a run queued on a pool. Run monitoring frees slots
+  only of runs that ended, and its cancel needs a launcher that can terminate the process (the CLI run has
+  none). Measured by make faults (a waiting run stops 0.9-1.3 s after SIGTERM). None found upstream.
 - ``show_automation_running``: the UI reads the pre-sensor auto-materialize daemon's pause flag, which is
   paused until someone sets it, and shows "Auto-materialize off" on every job page even while the
   automation sensor runs. The flag gates nothing here (automation runs as a sensor, Dagster's default).
@@ -50,6 +56,7 @@ found" where a search of dagster-io/dagster's issues found no request for it):
 from __future__ import annotations
 
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -221,3 +228,25 @@ def op_pools(definitions: dg.Definitions) -> list[tuple[str, dg.PartitionsDefini
                 if pool:
                     pools.append((pool, None))
     return pools
+
+
+# Dagster's executor loop, and the call in it that runs one step: a run's main thread in the first but not
+# the second is between steps, which is where it waits for a pool slot (run_health.py ends such a wait at
+# SIGTERM; Dagster defers the signal outside a step's code). Pinned by test_faults (a CLI run waiting for
+# a slot stops on SIGTERM), so a Dagster upgrade that renames them fails a test, not a user's shutdown.
+EXECUTOR_LOOP_FRAME = "inner_plan_execution_iterator"
+STEP_FRAME = "dagster_event_sequence_for_step"
+
+
+def executor_state(frame: FrameType | None) -> str:
+    """``waiting`` in the executor's loop between steps, ``in step``, or ``done`` (no run executing), from
+    a thread's innermost frame."""
+    names = set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    if STEP_FRAME in names:
+        return "in step"
+    if EXECUTOR_LOOP_FRAME in names:
+        return "waiting"
+    return "done"

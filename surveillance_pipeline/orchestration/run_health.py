@@ -37,9 +37,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 import dagster as dg
+
+from surveillance_pipeline.orchestration.dagster_internals import executor_state
 
 # One tag says where a run runs, in words: "pid 1234 (started 5678) on host/pidns:4026531836, for run
 # <run id>". The run id is the run that wrote it: Dagster copies a run's tags to its re-executions, and a
@@ -50,11 +51,6 @@ _PROCESS_TEXT = re.compile(
     r"pid (?P<pid>[0-9]+) \(started (?P<start>[0-9]*)\) on (?P<host>.+), for run (?P<run>\S+)"
 )
 ALIVE = (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING)
-# Dagster's executor loop, and the call in it that runs one step: a run in the first but not the second
-# is between steps, which is where it waits for a pool slot. Pinned by test_faults (a CLI run waiting for
-# a slot stops on SIGTERM), so a Dagster upgrade that renames them fails a test, not a user's shutdown.
-EXECUTOR_LOOP_FRAME = "inner_plan_execution_iterator"
-STEP_FRAME = "dagster_event_sequence_for_step"
 # How long after a signal the run may still be inside Dagster's own bookkeeping before it reaches the wait.
 SIGNAL_WATCH_SECONDS = 60.0
 
@@ -188,7 +184,7 @@ def _watch_signals(reader: socket.socket, main: int | None) -> None:
             continue
         deadline = time.monotonic() + SIGNAL_WATCH_SECONDS
         while time.monotonic() < deadline and main is not None:
-            state = _executor_state(sys._current_frames().get(main))  # noqa: SLF001 - stdlib's view of a thread
+            state = executor_state(sys._current_frames().get(main))  # noqa: SLF001 - stdlib's view of a thread
             if state == "waiting":
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(main), ctypes.py_object(KeyboardInterrupt)
@@ -197,19 +193,6 @@ def _watch_signals(reader: socket.socket, main: int | None) -> None:
             if state in ("in step", "done"):
                 break  # Dagster's own interrupt handling has it from here
             time.sleep(0.05)
-
-
-def _executor_state(frame: FrameType | None) -> str:
-    """``waiting`` in the executor's loop between steps, ``in step``, or ``done`` (no run executing)."""
-    names = set()
-    while frame is not None:
-        names.add(frame.f_code.co_name)
-        frame = frame.f_back
-    if STEP_FRAME in names:
-        return "in step"
-    if EXECUTOR_LOOP_FRAME in names:
-        return "waiting"
-    return "done"
 
 
 def release_dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[dg.DagsterRun]:
