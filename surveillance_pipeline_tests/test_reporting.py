@@ -9,7 +9,7 @@ import dagster as dg
 import psycopg
 import pytest
 
-from surveillance_pipeline import reporting
+from surveillance_pipeline.orchestration import reporting
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.orchestration.partitions import species_partitions
