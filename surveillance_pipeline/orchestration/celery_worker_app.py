@@ -92,9 +92,14 @@ def _release_revoked(request: Any, **_: Any) -> None:
     HEARTBEAT.release(request.id)
 
 
-# Read by Warehouse: a step executed here must not claim the run as this process's (run_health.py), and
-# compares its settings with the run's (run_settings.py).
-os.environ[STEP_WORKER_VARIABLE] = "1"
+@signals.worker_init.connect
+def _mark_step_worker(**_: Any) -> None:
+    """Read by Warehouse: a step executed here must not claim the run as this process's (run_health.py),
+    and compares its settings with the run's (run_settings.py). Set when a worker starts, not when this
+    module is imported: a process that only imports the app (a test, a tool naming a task) is no worker."""
+    os.environ[STEP_WORKER_VARIABLE] = "1"
+
+
 app = make_app(
     CeleryExecutor.for_cli(
         broker=redis_url(), backend=redis_url(), config_source=celery_settings()
