@@ -18,14 +18,14 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.orchestration.instance_storage import storage_config
-from surveillance_pipeline_tests.scratch_databases import scratch_database as scratch_database_named
+from surveillance_pipeline_tests.support.paths import CARRIED_DATA, PROJECT_ROOT
+from surveillance_pipeline_tests.support.scratch_databases import scratch_database as scratch_database_named
 
-# The public GBIF and Natural Earth files the tests read, carried in the repository (data/shared/, with
-# each folder's PROVENANCE.md and every file's sha256 in SHA256SUMS), so a plain clone runs every test.
-# Files over 200 kB are kept gzip-compressed and written out whole for the session.
-CARRIED_DATA = Path(__file__).resolve().parent / "data" / "shared"
+# The public GBIF and Natural Earth files the tests read are carried in the repository (CARRIED_DATA:
+# data/shared/, with each folder's PROVENANCE.md and every file's sha256 in SHA256SUMS), so a plain clone
+# runs every test. Files over 200 kB are kept gzip-compressed and written out whole for the session.
 # The workplace's copy, where it exists: the carried files must be the same bytes.
-SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.feed import read_batch
 from surveillance_pipeline.orchestration.partitions import add_batch_days
 from surveillance_pipeline.orchestration.reporting import partition_range_tags
-from surveillance_pipeline_tests.pipeline import resources
+from surveillance_pipeline_tests.support.pipeline import resources
 
 pytestmark = pytest.mark.db
 FEED_MD5 = (

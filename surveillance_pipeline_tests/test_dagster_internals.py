@@ -13,14 +13,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.orchestration import dagster_internals as internals
 from surveillance_pipeline.commands.run import WORKSPACE_FILE
 from surveillance_pipeline.definitions import EXECUTOR
+from surveillance_pipeline.orchestration import dagster_internals as internals
 from surveillance_pipeline.orchestration.reporting import PartitionReport, report_asset, report_partitions
-from surveillance_pipeline_tests.pipeline import execute_as_launched, observe
+from surveillance_pipeline_tests.support.paths import PROJECT_ROOT as PROJECT
+from surveillance_pipeline_tests.support.pipeline import execute_as_launched, observe
 
 pytestmark = [pytest.mark.dagster]
-PROJECT = Path(__file__).resolve().parent.parent
 FENCE = PROJECT / "surveillance_pipeline" / "orchestration" / "dagster_internals.py"
 PARTS = dg.StaticPartitionsDefinition(["a", "b"])
 

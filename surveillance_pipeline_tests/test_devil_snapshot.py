@@ -12,7 +12,7 @@ from surveillance_pipeline.ledger.batches import apply_batch_once
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import devil_snapshot, devil_snapshot_holds
 from surveillance_pipeline.snapshots.deliveries import read_delivery
-from surveillance_pipeline_tests.pipeline import resources
+from surveillance_pipeline_tests.support.pipeline import resources
 
 pytestmark = pytest.mark.db
 

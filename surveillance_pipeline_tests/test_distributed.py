@@ -36,9 +36,7 @@ from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
 from surveillance_pipeline.orchestration.run_health import PID_TAG
-from surveillance_pipeline_tests.celery_workers import workers_running
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
 from surveillance_pipeline_tests.faults.points import (
     BEFORE_COMMIT,
     BLOCK,
@@ -47,8 +45,10 @@ from surveillance_pipeline_tests.faults.points import (
     FAULT_POINT_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
 )
-from surveillance_pipeline_tests.pipeline import file_hashes, rows_md5
-from surveillance_pipeline_tests.redis_server import PrivateRedis
+from surveillance_pipeline_tests.support.celery_workers import workers_running
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.support.pipeline import file_hashes, rows_md5
+from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster, pytest.mark.distributed]
 

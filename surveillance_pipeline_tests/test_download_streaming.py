@@ -32,7 +32,7 @@ from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.derive import derive_to_file
 from surveillance_pipeline.orchestration.resources import GbifSource
-from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, resources
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, resources
 
 DEVIL_SPECIES = species_by_slug(DEVIL)
 TERMS = (

@@ -32,7 +32,7 @@ from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
-from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
 SIMPLE_ZIP = "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip"

@@ -33,7 +33,7 @@ from surveillance_pipeline.orchestration.outputs import declared_outputs
 from surveillance_pipeline.orchestration.reporting import recorded_data_version
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.pipeline import (
+from surveillance_pipeline_tests.support.pipeline import (
     check_evaluations,
     execute_as_launched,
     file_hashes,

@@ -12,7 +12,7 @@ from surveillance_pipeline.releases.assets import devil_snapshot_export, sample_
 from surveillance_pipeline.releases.build import build_devil_snapshot_export
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline_tests.pipeline import SAMPLED, materialize, resources
+from surveillance_pipeline_tests.support.pipeline import SAMPLED, materialize, resources
 
 pytestmark = pytest.mark.db
 PLATYPUS = "ornithorhynchus-anatinus"

@@ -11,7 +11,7 @@ from surveillance_pipeline.gbif.match_registry import fill_missing_keys
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import derive_occurrences
-from surveillance_pipeline_tests.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
 
 # The species of rgbif's recorded looping pages (3 pages of 250, taxonKey 3118771).
 ENCELIA = Species(

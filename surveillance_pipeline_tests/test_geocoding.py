@@ -19,8 +19,8 @@ from surveillance_pipeline.occurrences.assets import gbif_raw
 from surveillance_pipeline.orchestration.resources import GeocoderSource
 from surveillance_pipeline.places.assets import geocoded_localities
 from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
-from surveillance_pipeline_tests.fake_geocoder import FakeGeocoder
-from surveillance_pipeline_tests.pipeline import DEVIL, TEST_LEDGER_SALT, metadata, resources
+from surveillance_pipeline_tests.support.fake_geocoder import FakeGeocoder
+from surveillance_pipeline_tests.support.pipeline import DEVIL, TEST_LEDGER_SALT, metadata, resources
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 

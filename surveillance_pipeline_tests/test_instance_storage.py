@@ -20,7 +20,7 @@ from surveillance_pipeline.orchestration.reporting import (
     report_partitions,
 )
 from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
-from surveillance_pipeline_tests.dagster_dev import project_dagster_home
+from surveillance_pipeline_tests.support.dagster_dev import project_dagster_home
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 

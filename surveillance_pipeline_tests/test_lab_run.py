@@ -8,7 +8,7 @@ import pytest
 from surveillance_pipeline.commands.run import run_all_partitions, step_seconds, summarize
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline_tests.pipeline import (
+from surveillance_pipeline_tests.support.pipeline import (
     SPINE,
     check_evaluations,
     data_version,

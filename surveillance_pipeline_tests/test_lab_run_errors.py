@@ -10,9 +10,9 @@ import pytest
 from surveillance_pipeline.commands.run import summarize
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.orchestration.partitions import species_partitions
-from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT, project_dagster_home
-from surveillance_pipeline_tests.fake_gbif import FakeGbif
-from surveillance_pipeline_tests.pipeline import partitions_in_status
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, project_dagster_home
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.pipeline import partitions_in_status
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 

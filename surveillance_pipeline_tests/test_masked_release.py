@@ -25,7 +25,7 @@ from surveillance_pipeline.releases.masking import (
 )
 from surveillance_pipeline.releases.replay import main as replay_main
 from surveillance_pipeline.releases.replay import replay_masked_release
-from surveillance_pipeline_tests.pipeline import DEVIL, SPINE, materialize, metadata, resources
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, materialize, metadata, resources
 
 RELEASE = [*SPINE, masked_release]
 

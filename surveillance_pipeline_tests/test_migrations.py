@@ -10,7 +10,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.migrations import MIGRATIONS, Migration, applied_version, migrate
 from surveillance_pipeline.core.refresh import worker_name
-from surveillance_pipeline_tests.pipeline import SPINE, resources
+from surveillance_pipeline_tests.support.pipeline import SPINE, resources
 
 pytestmark = [pytest.mark.db]
 

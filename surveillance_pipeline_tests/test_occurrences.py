@@ -12,7 +12,7 @@ from surveillance_pipeline.core.refresh import ensure_state_tables, ensure_targe
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
-from surveillance_pipeline_tests.pipeline import (
+from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     data_version,
     materialize,

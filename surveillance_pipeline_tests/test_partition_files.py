@@ -22,8 +22,7 @@ from surveillance_pipeline.core.partition_files import (
     write_file_durably,
 )
 from surveillance_pipeline.releases.exports import MANIFEST, csv_export, export_is_current, publish_export
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from surveillance_pipeline_tests.support.paths import PROJECT_ROOT
 
 
 def hashes(folder: Path) -> dict[str, str]:

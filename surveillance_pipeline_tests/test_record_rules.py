@@ -28,7 +28,7 @@ from surveillance_pipeline.gbif.rules import MAX_GBIF_ID
 from surveillance_pipeline.ledger.feed import BATCH_HEADER, read_batch
 from surveillance_pipeline.ledger.sensors import batches_sensor
 from surveillance_pipeline.snapshots.deliveries import DELIVERY_HEADER, read_delivery
-from surveillance_pipeline_tests.pipeline import resources
+from surveillance_pipeline_tests.support.pipeline import resources
 
 ACCEPTED = "accepted"
 REFUSED = "refused"

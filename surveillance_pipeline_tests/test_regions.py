@@ -14,7 +14,7 @@ from surveillance_pipeline.lab.districts import lab_districts_geojson, lab_layer
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
 from surveillance_pipeline.places.regions import RegionLayer, assign_points, load_regions
-from surveillance_pipeline_tests.pipeline import DEVIL, metadata, resources
+from surveillance_pipeline_tests.support.pipeline import DEVIL, metadata, resources
 
 pytestmark = [pytest.mark.db]
 NATURAL_EARTH = "regions/naturalearth-admin1-50m/ne_50m_admin_1_states_provinces.json"

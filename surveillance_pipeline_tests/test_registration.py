@@ -13,8 +13,8 @@ from surveillance_pipeline.releases.assets import (
     sample_export,
 )
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
-from surveillance_pipeline_tests.fake_gbif import FakeGbif
-from surveillance_pipeline_tests.pipeline import SAMPLED, materialize, resources
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.pipeline import SAMPLED, materialize, resources
 
 pytestmark = pytest.mark.db
 PASSWORD = "s3cret-Pw-for-tests"

@@ -18,21 +18,14 @@ from surveillance_pipeline.gbif.registry import (
     registry_path,
     species_by_slug,
 )
-from surveillance_pipeline_tests.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.paths import CARRIED_DATA
 
 HEADER = (
     "species_id,slug,scientific_name,vernacular_name,taxon_key,kingdom,country,state_province,lab_records\n"
 )
 # GBIF's v1 species match for Helianthus annuus, recorded by pygbif (see its PROVENANCE.md beside it).
-HELIANTHUS_MATCH = (
-    Path(__file__).parent
-    / "data"
-    / "shared"
-    / "gbif"
-    / "api-pygbif-cassettes"
-    / "bodies"
-    / "test_name_backbone__01.json"
-)
+HELIANTHUS_MATCH = CARRIED_DATA / "gbif" / "api-pygbif-cassettes" / "bodies" / "test_name_backbone__01.json"
 
 
 @pytest.fixture(autouse=True)

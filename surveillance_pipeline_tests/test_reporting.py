@@ -9,9 +9,9 @@ import dagster as dg
 import psycopg
 import pytest
 
-from surveillance_pipeline.orchestration import reporting
 from surveillance_pipeline.definitions import EXECUTOR
 from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.orchestration import reporting
 from surveillance_pipeline.orchestration.partitions import species_partitions
 from surveillance_pipeline.orchestration.reporting import (
     PartitionReport,
@@ -19,7 +19,7 @@ from surveillance_pipeline.orchestration.reporting import (
     report_partitions,
 )
 from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
-from surveillance_pipeline_tests.pipeline import execute_as_launched, partitions_in_status
+from surveillance_pipeline_tests.support.pipeline import execute_as_launched, partitions_in_status
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 BATCH_SIZE = "200"

@@ -12,7 +12,7 @@ from surveillance_pipeline.samples.assets import (
     sample_engines_agree,
 )
 from surveillance_pipeline.samples.rules import md5_text, pick_sample, summarize_ids
-from surveillance_pipeline_tests.pipeline import (
+from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SAMPLED,
     SUMMARIZED,

@@ -34,11 +34,11 @@ from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount
 from surveillance_pipeline.releases.assets import register_derived_dataset, sample_export
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline_tests.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.faults.cluster import PrivateCluster
-from surveillance_pipeline_tests.pipeline import DEVIL, SAMPLED
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.paths import PROJECT_ROOT as PROJECT
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SAMPLED
 
-PROJECT = Path(__file__).resolve().parent.parent
 # Long random values, new each run: a secret found in the scan can be nothing else (a short or common one,
 # say a password "acc", would be found in "accepting").
 GBIF_USER = f"gbif-user-{secrets.token_hex(8)}"
@@ -248,5 +248,5 @@ def test_the_ui_and_graphql_bind_to_localhost_only():
     assert "dagster dev -h 127.0.0.1 " in ui
     assert "0.0.0.0" not in makefile  # noqa: S104 (the string we look for, not a bind)
     # The e2e harness starts `dagster dev` the same way.
-    harness = (PROJECT / "surveillance_pipeline_tests" / "dagster_dev.py").read_text()
+    harness = (PROJECT / "surveillance_pipeline_tests" / "support" / "dagster_dev.py").read_text()
     assert "0.0.0.0" not in harness  # noqa: S104

@@ -16,7 +16,14 @@ from surveillance_pipeline.ledger.sensors import batches_sensor
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.pipeline import DEVIL, SAMPLED, SPINE, materialize, metadata, resources
+from surveillance_pipeline_tests.support.pipeline import (
+    DEVIL,
+    SAMPLED,
+    SPINE,
+    materialize,
+    metadata,
+    resources,
+)
 
 pytestmark = pytest.mark.db
 

@@ -23,10 +23,10 @@ from surveillance_pipeline.orchestration.instance_storage import storage_config
 from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.orchestration.reporting import partition_range_tags, recorded_data_version
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline_tests.browser import Browser
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.dagster_dev import DONE, PROJECT_ROOT, RUNS_TAGGED, DagsterDev
-from surveillance_pipeline_tests.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.browser import Browser
+from surveillance_pipeline_tests.support.dagster_dev import DONE, PROJECT_ROOT, RUNS_TAGGED, DagsterDev
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
 
 pytestmark = [pytest.mark.db, pytest.mark.e2e]
 OUTPUT = PROJECT_ROOT / "test-output" / "e2e"

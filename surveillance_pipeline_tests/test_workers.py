@@ -20,10 +20,10 @@ import pytest
 from celery import Celery
 
 from surveillance_pipeline.orchestration.distributed import QUEUE
-from surveillance_pipeline_tests.celery_probe_task import NOTE_AND_SLEEP
-from surveillance_pipeline_tests.celery_workers import workers_running
-from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT
-from surveillance_pipeline_tests.redis_server import PrivateRedis
+from surveillance_pipeline_tests.support.celery_probe_task import NOTE_AND_SLEEP
+from surveillance_pipeline_tests.support.celery_workers import workers_running
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT
+from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 pytestmark = [pytest.mark.distributed]
 
@@ -117,7 +117,7 @@ def test_a_long_step_runs_once_and_a_dead_workers_step_runs_again_soon(tmp_path:
         }
         client = Celery(broker=redis.url, backend=redis.url)
         notes = tmp_path / "notes.txt"
-        include = ["--include", "surveillance_pipeline_tests.celery_probe_task"]
+        include = ["--include", "surveillance_pipeline_tests.support.celery_probe_task"]
         with workers_running(env, tmp_path, []) as workers:
             for name in ("worker1", "worker2"):
                 workers.start(name, extra_args=include)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from surveillance_pipeline.orchestration.workers import worker_command
-from surveillance_pipeline_tests.dagster_dev import PROJECT_ROOT
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT
 
 
 class Workers:

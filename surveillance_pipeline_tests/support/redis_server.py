@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from surveillance_pipeline_tests.dagster_dev import free_port
+from surveillance_pipeline_tests.support.dagster_dev import free_port
 
 
 class PrivateRedis:
