@@ -111,9 +111,16 @@ def postgres_instance(dagster_storage_url: str):
 
 # The two sessions that take minutes (the browser session, the Celery workers) start first, one on each
 # xdist worker (with --no-loadscope-reorder, files are handed out in this order), and the short files fill
-# in around them; left to the default order they came last, and could queue behind each other.
+# in around them; left to the default order they came last, and could queue behind each other. Sorted by
+# session, not by path: the browser session's file first, then the distributed files (test_distributed
+# before the shorter test_workers), so the first two files handed out are the two long ones.
 LONG_SESSIONS = ("e2e", "distributed")
 
 
+def _session(item: pytest.Item) -> int:
+    marked = [i for i, name in enumerate(LONG_SESSIONS) if item.get_closest_marker(name)]
+    return marked[0] if marked else len(LONG_SESSIONS)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in LONG_SESSIONS))
+    items.sort(key=_session)

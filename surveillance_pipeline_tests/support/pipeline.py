@@ -12,9 +12,10 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
-from surveillance_pipeline.commands.run import WORKSPACE_FILE
+from surveillance_pipeline.commands.run import WORKSPACE_FILE, prepare_lab_inputs, run_plan
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.gbif.client import GbifClient
+from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.lab.gbif_client import LabGbifClient
 from surveillance_pipeline.lab.resources import LabGeocoderSource
@@ -287,3 +288,21 @@ def rows_md5(conn: psycopg.Connection, table: str) -> str:
 
 def file_hashes(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# make run's plan over the first SPECIES_COUNT species of the registry, not all 71, to keep the suite's
+# time modest (test_every_asset_idempotent, test_target_verification).
+SPECIES_COUNT = 6
+
+
+def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Path) -> set[dg.AssetKey]:
+    """make run's plan over the first SPECIES_COUNT species; returns the assets it materialized."""
+    prepare_lab_inputs(root)
+    materialized: set[dg.AssetKey] = set()
+    for job, tags in run_plan(instance, root, species=partition_keys()[:SPECIES_COUNT]):
+        run = execute_as_launched(instance, defs.resolve_job_def(job), tags=tags)
+        assert run.status == dg.DagsterRunStatus.SUCCESS, job
+        materialized |= set(materialized_in_run(instance, run.run_id))
+        checks = check_evaluations(instance, run.run_id)
+        assert all(checks.values()), checks
+    return materialized

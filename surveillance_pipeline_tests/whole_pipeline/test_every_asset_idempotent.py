@@ -26,7 +26,7 @@ import dagster as dg
 import psycopg
 import pytest
 
-from surveillance_pipeline.commands.run import batch_days_present, prepare_lab_inputs, run_plan
+from surveillance_pipeline.commands.run import batch_days_present
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.orchestration.outputs import declared_outputs
@@ -34,17 +34,15 @@ from surveillance_pipeline.orchestration.reporting import recorded_data_version
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.support.pipeline import (
-    check_evaluations,
-    execute_as_launched,
+    SPECIES_COUNT,
     file_hashes,
-    materialized_in_run,
     resources,
     rows_md5,
+    run_everything,
 )
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
-SPECIES_COUNT = 6
 # Groups left out, each with its reason. Publishing acts on GBIF with an account's credentials (it mints
 # DOIs): an external asset that no job of make run's plan can include (test_publishing), reported by the
 # register_derived_dataset job, which test_registration covers against a fake GBIF.
@@ -91,19 +89,6 @@ def covered_assets(defs: dg.Definitions) -> tuple[dict[dg.AssetKey, Any], list[s
         )
         covered[key] = outputs
     return covered, excluded, observed
-
-
-def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Path) -> set[dg.AssetKey]:
-    """make run's plan over the first SPECIES_COUNT species; returns the assets it materialized."""
-    prepare_lab_inputs(root)
-    materialized: set[dg.AssetKey] = set()
-    for job, tags in run_plan(instance, root, species=partition_keys()[:SPECIES_COUNT]):
-        run = execute_as_launched(instance, defs.resolve_job_def(job), tags=tags)
-        assert run.status == dg.DagsterRunStatus.SUCCESS, job
-        materialized |= set(materialized_in_run(instance, run.run_id))
-        checks = check_evaluations(instance, run.run_id)
-        assert all(checks.values()), checks
-    return materialized
 
 
 def data_versions(defs: dg.Definitions, instance: dg.DagsterInstance, keys, root: Path) -> dict[str, Any]:

@@ -30,8 +30,14 @@ from surveillance_pipeline.lab.deliveries import delivery_a
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.orchestration.verification import VERIFY_JOB
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline_tests.support.pipeline import execute_as_launched, file_hashes, resources, rows_md5
-from surveillance_pipeline_tests.test_every_asset_idempotent import SPECIES_COUNT, run_everything
+from surveillance_pipeline_tests.support.pipeline import (
+    SPECIES_COUNT,
+    execute_as_launched,
+    file_hashes,
+    resources,
+    rows_md5,
+    run_everything,
+)
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
