@@ -180,11 +180,10 @@ def cluster(server_url, tmp_path_factory):
             assert server.stop(), "a process of dagster dev's group was left behind"
 
 
-def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(cluster):
-    server, workers, warehouse, data, species, reference, root = cluster
-    every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
-
-    # 1. One backfill of every species partition, split into runs of PER_RUN species.
+def _one_backfill_loads_every_partition_once_on_both_workers(
+    server, workers, warehouse, data, species, every
+):
+    """One backfill of every species partition, split into runs of PER_RUN species."""
     status, run_ids = server.wait_backfill(server.launch_backfill(SPECIES_ASSETS, species), timeout=900)
     assert status == "COMPLETED_SUCCESS"
     assert len(run_ids) >= SPECIES_COUNT // PER_RUN
@@ -201,7 +200,9 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     assert len(recorded) == 1 and None not in recorded
     assert json.loads(recorded.pop())[DATA_DIR_VARIABLE] == str(data.resolve())
 
-    # Dagster's own picture, as the UI shows it: every partition of every species asset materialized.
+
+def _dagster_shows_every_partition_materialized(server, warehouse, species):
+    """Dagster's own picture, as the UI shows it, and each partition's data version is its state's job key."""
     for asset in SPECIES_ASSETS:
         statuses = server.graphql(PARTITION_STATUS, {"key": {"path": [asset]}})["assetNodeOrError"]
         status = statuses["assetPartitionStatuses"]
@@ -222,18 +223,19 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     }
     assert versions == held
 
-    # 2. The same rows and bytes as make run in one process.
-    assert _fingerprint(warehouse, data) == reference
 
-    # 3. Again: everything skips.
+def _a_second_backfill_skips_everything(server, warehouse, species, every):
     status, again = server.wait_backfill(server.launch_backfill(SPECIES_ASSETS, species), timeout=900)
     assert status == "COMPLETED_SUCCESS"
     assert {(asset, slug, action) for asset, slug, action, _ in _provenance(warehouse, again)} == {
         (asset, slug, "skipped") for asset, slug in every
     }
 
-    # 4. A worker killed in the middle of a load. worker2 gives way to worker3, whose first load stops just
-    # before COMMIT (the fault suite's hook), so the kill lands inside a transaction, not between steps.
+
+def _kill_a_worker_inside_a_load(server, workers, warehouse, species, root):
+    """worker2 gives way to worker3, whose first load stops just before COMMIT (the fault suite's hook), so
+    the kill lands inside a transaction, not between steps; its step is handed on within HANDOVER_LIMIT.
+    Returns the backfill's status and runs."""
     workers.stop("worker2")
     signal_file = root / "worker3.signal"
     blocked = {
@@ -264,6 +266,11 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     handover = (datetime.strptime(again[0], "%Y-%m-%d %H:%M:%S,%f") - killed_at).total_seconds()
     print(f"handover: worker3's step received by worker1 {handover:.1f} s after the kill")
     assert handover < HANDOVER_LIMIT, handover
+    return status, killed_runs
+
+
+def _every_table_partition_loaded_once(server, warehouse, species, every, status, killed_runs):
+    """Across the backfill after the kill and a retry of what it reported failed."""
     rows = _provenance(warehouse, killed_runs)
     loaded = Counter((asset, slug) for asset, slug, action, _ in rows if action == "loaded")
     # The tables load again; what lives in files skips (their state is the file itself).
@@ -279,5 +286,23 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
         assert max(loaded.values()) == 1, "a partition was loaded twice"
     # Every table partition loaded exactly once, across the backfill and any retry.
     assert loaded == Counter({(asset, slug) for asset in _table_assets() for slug in species})
+
+
+def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(cluster):
+    """One cluster session in four steps, each building on the state the one before left (starting the
+    cluster and make run's reference take minutes, so the steps share it rather than each starting one)."""
+    server, workers, warehouse, data, species, reference, root = cluster
+    every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
+
+    # 1. Every partition loaded once, by both workers; Dagster shows them all.
+    _one_backfill_loads_every_partition_once_on_both_workers(server, workers, warehouse, data, species, every)
+    _dagster_shows_every_partition_materialized(server, warehouse, species)
+    # 2. The same rows and bytes as make run in one process.
+    assert _fingerprint(warehouse, data) == reference
+    # 3. Again: everything skips.
+    _a_second_backfill_skips_everything(server, warehouse, species, every)
+    # 4. A worker killed in the middle of a load loses nothing.
+    status, killed_runs = _kill_a_worker_inside_a_load(server, workers, warehouse, species, root)
+    _every_table_partition_loaded_once(server, warehouse, species, every, status, killed_runs)
     # No partition half-written: the outputs are the single-process run's again.
     assert _fingerprint(warehouse, data) == reference

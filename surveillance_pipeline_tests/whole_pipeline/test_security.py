@@ -131,11 +131,8 @@ def private_warehouse():
         cluster.destroy()
 
 
-def test_secrets_never_reach_events_metadata_tables_files_or_errors(
-    private_warehouse, dagster_storage_url, data_dir, postgres_instance, monkeypatch, tmp_path
-):
-    instance = postgres_instance
-    database_url = private_warehouse
+def _plant_secrets(monkeypatch: pytest.MonkeyPatch, database_url: str) -> dict[str, str]:
+    """Put the secrets where a deployment keeps them (the environment); the values the scan looks for."""
     monkeypatch.setenv("SURVEILLANCE_DATABASE_URL", database_url)
     monkeypatch.setenv("GBIF_USER", GBIF_USER)
     monkeypatch.setenv("GBIF_PASSWORD", GBIF_PASSWORD)
@@ -143,63 +140,71 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
     monkeypatch.setenv("GEOCODER_LEDGER_SALT", LEDGER_SALT)
     database_password = urlsplit(database_url).password
     assert database_password and len(database_password) >= 32, "the cluster's planted password"
-    planted = {
+    return {
         "database password": database_password,
         "GBIF password": GBIF_PASSWORD,
         "GBIF Basic token": base64.b64encode(f"{GBIF_USER}:{GBIF_PASSWORD}".encode()).decode(),
         "ledger salt": LEDGER_SALT,
     }
+
+
+def _resources_as_deployed(data_dir: Path, gbif: FakeGbif) -> dict[str, object]:
+    """As definitions.live_resources binds them: secrets as EnvVar, read at run time."""
+    return {
+        "warehouse": Warehouse(database_url=dg.EnvVar("SURVEILLANCE_DATABASE_URL")),
+        "paths": DataPaths(root=str(data_dir), region_layer=str(lab_layer_path())),
+        "gbif": LabGbifSource(source="lab", base_url=gbif.base_url),
+        "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
+    }
+
+
+def _run(instance, resources, assets, partition=None, config=None, raise_on_error=True):
+    return dg.materialize(
+        assets,
+        instance=instance,
+        partition_key=partition,
+        resources=resources,
+        run_config=config or {},
+        raise_on_error=raise_on_error,
+    )
+
+
+def _register(instance, resources, raise_on_error=True):
+    return register_derived_dataset.execute_in_process(
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"register_derived_dataset_op": {"config": PUBLISH}}},
+        raise_on_error=raise_on_error,
+    )
+
+
+def _runs_that_use_every_secret(instance, resources, gbif: FakeGbif, planted: dict[str, str], data_dir: Path):
+    """Loads, a sample release registered with GBIF (the credentials really sent), a delivery."""
+    for slug in (DEVIL, "ornithorhynchus-anatinus"):
+        assert _run(instance, resources, SAMPLED, slug).success
+    assert _run(instance, resources, [occurrence_sample_summary, sample_export]).success
+    assert _register(instance, resources).success
+    assert gbif.posts() and gbif.posts()[0]["authorization"] == f"Basic {planted['GBIF Basic token']}"
+    write_lab_delivery(data_dir, "A", "2026-11-02")
+    assert _run(instance, resources, [devil_snapshot]).success
+
+
+def _runs_that_fail(instance, resources, gbif: FakeGbif, database_url: str, data_dir: Path) -> list[str]:
+    """A bad delivery, a warehouse that refuses connections (same password, closed port), and a registration
+    whose answer is lost; the errors they raise or report."""
     errors: list[str] = []
-    with FakeGbif() as gbif:
-        # As definitions.live_resources binds them: secrets as EnvVar, read at run time.
-        resources = {
-            "warehouse": Warehouse(database_url=dg.EnvVar("SURVEILLANCE_DATABASE_URL")),
-            "paths": DataPaths(root=str(data_dir), region_layer=str(lab_layer_path())),
-            "gbif": LabGbifSource(source="lab", base_url=gbif.base_url),
-            "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
-        }
-
-        def run(assets, partition=None, config=None, raise_on_error=True):
-            return dg.materialize(
-                assets,
-                instance=instance,
-                partition_key=partition,
-                resources=resources,
-                run_config=config or {},
-                raise_on_error=raise_on_error,
-            )
-
-        for slug in (DEVIL, "ornithorhynchus-anatinus"):
-            assert run(SAMPLED, slug).success
-        assert run([occurrence_sample_summary, sample_export]).success
-
-        def register(raise_on_error=True):
-            return register_derived_dataset.execute_in_process(
-                instance=instance,
-                resources=resources,
-                run_config={"ops": {"register_derived_dataset_op": {"config": PUBLISH}}},
-                raise_on_error=raise_on_error,
-            )
-
-        assert register().success
-        assert gbif.posts() and gbif.posts()[0]["authorization"] == f"Basic {planted['GBIF Basic token']}"
-        write_lab_delivery(data_dir, "A", "2026-11-02")
-        assert run([devil_snapshot]).success
-
-        # Failing runs: a bad delivery, a warehouse that refuses connections (same password, closed port),
-        # and a registration whose answer is lost.
-        with pytest.raises(Exception) as refused:
-            dg.materialize(
-                [devil_snapshot],
-                instance=instance,
-                resources={**resources, "warehouse": Warehouse(database_url=_with_port(database_url, 1))},
-            )
-        errors.append(f"{refused.type.__name__}: {refused.value}")
-        (data_dir / "deliveries" / DEVIL / "2026-11-09.csv").write_text("id,year,license\n1,2020,secret?\n")
-        failures = [run([devil_snapshot], raise_on_error=False)]
-        gbif.create_mode = "drop"
-        (data_dir / "exports" / "sample" / "manifest.json").write_bytes(b'{"changed": true}\n')
-        failures.append(register(raise_on_error=False))
+    with pytest.raises(Exception) as refused:
+        dg.materialize(
+            [devil_snapshot],
+            instance=instance,
+            resources={**resources, "warehouse": Warehouse(database_url=_with_port(database_url, 1))},
+        )
+    errors.append(f"{refused.type.__name__}: {refused.value}")
+    (data_dir / "deliveries" / DEVIL / "2026-11-09.csv").write_text("id,year,license\n1,2020,secret?\n")
+    failures = [_run(instance, resources, [devil_snapshot], raise_on_error=False)]
+    gbif.create_mode = "drop"
+    (data_dir / "exports" / "sample" / "manifest.json").write_bytes(b'{"changed": true}\n')
+    failures.append(_register(instance, resources, raise_on_error=False))
     assert not any(failure.success for failure in failures)
     for failure in failures:
         for event in failure.all_events:
@@ -207,10 +212,12 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
                 errors.append(str(event.step_failure_data.error))
     assert any("secret?" in error for error in errors), "the bad delivery's error was collected"
     assert any("Connection refused" in error or "port 1" in error for error in errors), errors
+    return errors
 
-    runs = instance.get_runs()
-    events = [dg.serialize_value(entry) for record in runs for entry in instance.all_logs(record.run_id)]
-    texts = [
+
+def _everything_written(instance, runs, events, errors, database_url, dagster_storage_url, data_dir):
+    """Every text a secret could have leaked into."""
+    return [
         *errors,
         *events,
         *(dg.serialize_value(record) for record in runs),
@@ -222,7 +229,10 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         *(text for text in _files_as_text(Path(instance.root_directory)) if "dagster.yaml: " not in text),
         *_files_as_text_of(PROJECT / "dagster.yaml", PROJECT / "workspace.yaml"),
     ]
-    # The scan has teeth: it sees the metadata it should (a job key) and a planted secret in a table.
+
+
+def _assert_the_scan_has_teeth(database_url: str, events: list[str]) -> None:
+    """The scan sees the metadata it should (a job key) and a planted secret in a table."""
     with psycopg.connect(database_url, autocommit=True) as db:
         job_key = db.execute(
             "SELECT job_key FROM target_state WHERE target = 'occurrences' LIMIT 1"
@@ -235,6 +245,21 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
         ]
         db.execute("DROP TABLE security_canary")
 
+
+def test_secrets_never_reach_events_metadata_tables_files_or_errors(
+    private_warehouse, dagster_storage_url, data_dir, postgres_instance, monkeypatch
+):
+    instance, database_url = postgres_instance, private_warehouse
+    planted = _plant_secrets(monkeypatch, database_url)
+    with FakeGbif() as gbif:
+        resources = _resources_as_deployed(data_dir, gbif)
+        _runs_that_use_every_secret(instance, resources, gbif, planted, data_dir)
+        errors = _runs_that_fail(instance, resources, gbif, database_url, data_dir)
+
+    runs = instance.get_runs()
+    events = [dg.serialize_value(entry) for record in runs for entry in instance.all_logs(record.run_id)]
+    texts = _everything_written(instance, runs, events, errors, database_url, dagster_storage_url, data_dir)
+    _assert_the_scan_has_teeth(database_url, events)
     assert len(runs) >= 8 and len(events) > 100
     assert _found(texts, planted) == []
 
