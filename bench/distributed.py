@@ -32,10 +32,10 @@ from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import load_registry, packaged_registry_path
 from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
-from surveillance_pipeline_tests.celery_workers import workers_running
-from surveillance_pipeline_tests.dagster_dev import DagsterDev
-from surveillance_pipeline_tests.redis_server import PrivateRedis
-from surveillance_pipeline_tests.scratch_databases import scratch_database
+from surveillance_pipeline_tests.support.celery_workers import workers_running
+from surveillance_pipeline_tests.support.dagster_dev import DagsterDev
+from surveillance_pipeline_tests.support.redis_server import PrivateRedis
+from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 SPEEDUP_SPECIES = 8
 SPEEDUP_ROWS = 250_000

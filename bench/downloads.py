@@ -52,7 +52,7 @@ from bench.run import (
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
 from surveillance_pipeline.gbif.registry import load_registry
-from surveillance_pipeline_tests.scratch_databases import scratch_database
+from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 DEFAULT_SIZES = (1_000_000, 5_000_000)
 DEFAULT_SEED = 1

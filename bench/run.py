@@ -53,7 +53,7 @@ from surveillance_pipeline.occurrences.load import PACKAGE as OCCURRENCES_PACKAG
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.samples.load import PACKAGE as SAMPLES_PACKAGE
 from surveillance_pipeline.samples.load import refresh_species_sample
-from surveillance_pipeline_tests.scratch_databases import scratch_database
+from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 PACKAGE = "bench"
 RUN_ID = "bench"

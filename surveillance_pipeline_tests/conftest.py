@@ -18,14 +18,14 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.orchestration.instance_storage import storage_config
-from surveillance_pipeline_tests.scratch_databases import scratch_database as scratch_database_named
+from surveillance_pipeline_tests.support.paths import CARRIED_DATA, PROJECT_ROOT
+from surveillance_pipeline_tests.support.scratch_databases import scratch_database as scratch_database_named
 
-# The public GBIF and Natural Earth files the tests read, carried in the repository (data/shared/, with
-# each folder's PROVENANCE.md and every file's sha256 in SHA256SUMS), so a plain clone runs every test.
-# Files over 200 kB are kept gzip-compressed and written out whole for the session.
-CARRIED_DATA = Path(__file__).resolve().parent / "data" / "shared"
+# The public GBIF and Natural Earth files the tests read are carried in the repository (CARRIED_DATA:
+# data/shared/, with each folder's PROVENANCE.md and every file's sha256 in SHA256SUMS), so a plain clone
+# runs every test. Files over 200 kB are kept gzip-compressed and written out whole for the session.
 # The workplace's copy, where it exists: the carried files must be the same bytes.
-SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
@@ -111,9 +111,16 @@ def postgres_instance(dagster_storage_url: str):
 
 # The two sessions that take minutes (the browser session, the Celery workers) start first, one on each
 # xdist worker (with --no-loadscope-reorder, files are handed out in this order), and the short files fill
-# in around them; left to the default order they came last, and could queue behind each other.
+# in around them; left to the default order they came last, and could queue behind each other. Sorted by
+# session, not by path: the browser session's file first, then the distributed files (test_distributed
+# before the shorter test_workers), so the first two files handed out are the two long ones.
 LONG_SESSIONS = ("e2e", "distributed")
 
 
+def _session(item: pytest.Item) -> int:
+    marked = [i for i, name in enumerate(LONG_SESSIONS) if item.get_closest_marker(name)]
+    return marked[0] if marked else len(LONG_SESSIONS)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in LONG_SESSIONS))
+    items.sort(key=_session)

@@ -1,7 +1,7 @@
 """Every piece of Dagster's private API the project relies on, in one place.
 
 ruff's banned-API rule (TID251, pyproject.toml: every private top-level module of ``dagster``) forbids
-``dagster._`` anywhere else, and surveillance_pipeline_tests/test_dagster_internals.py pins the behaviour
+``dagster._`` anywhere else, and the tests' orchestration/test_dagster_internals.py pins the behaviour
 each piece is used for (and that the ban covers every private module), so an upgrade that moves or changes
 one fails at import or in that test, not silently. Tag names come from Dagster's own constants for the
 same reason. A name ``dagster`` exports (``DagsterEvent``, ``EventLogEntry``, ``StepExecutionContext``,

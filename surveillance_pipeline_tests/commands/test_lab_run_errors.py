@@ -1,0 +1,95 @@
+"""`make run` when a step or a species fails: the user sees its own error last, not a crash of the summary."""
+
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.commands.run import summarize
+from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.orchestration.partitions import species_partitions
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, project_dagster_home
+from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.pipeline import partitions_in_status
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+
+
+def _make_run(tmp_path, dagster_storage_url, database_url, data_dir, extra_env):
+    """`make run`'s own command in a process of its own, on the test's instance, warehouse and folder."""
+    env = {
+        **os.environ,
+        **project_dagster_home(tmp_path / "dagster_home", dagster_storage_url),
+        "SURVEILLANCE_DATABASE_URL": database_url,
+        "SURVEILLANCE_DATA_DIR": str(data_dir),
+        **extra_env,
+    }
+    return subprocess.run(  # noqa: S603  # fixed argv, no shell
+        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
+    db, database_url, data_dir, dagster_storage_url, postgres_instance, tmp_path
+):
+    # What a user gets by dropping something that is not a zip into data/downloads/.
+    (data_dir / "downloads").mkdir()
+    (data_dir / "downloads" / "bad.zip").write_text("this is not a zip\n")
+    assert db.execute("SELECT to_regclass('provenance')").fetchone() == (None,)
+    # As `make run` runs it, on the instance the fixture just wiped.
+    finished = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {"GBIF_SOURCE": "download"})
+    output = finished.stdout + finished.stderr
+    assert finished.returncode != 0, output
+    assert "UndefinedTable" not in output and "Traceback" not in output, output
+    last = [line for line in finished.stderr.splitlines() if line.strip()][-1]
+    # The reader's wording may change; the step and the file it names must not. The first step is the
+    # observation of the downloads folder, before any load.
+    assert last.startswith("make run: gbif_downloads failed: "), output
+    assert "bad.zip" in last, output
+    assert "FAILED" in finished.stdout, output
+
+
+def test_the_summary_of_an_empty_warehouse_is_its_header(db, database_url):
+    assert summarize(database_url, ["no-such-run"]) == [
+        f"{'asset':<5} {'loaded':>6} {'skipped':>7} {'rows':>8} {'seconds':>7}  reason"
+    ]
+
+
+def _latitude_as_text(records):
+    """GBIF answers one record of the species with a latitude that is not a number."""
+    first, *rest = records
+    return [{**first, "decimalLatitude": "north"}, *rest]
+
+
+def test_a_species_that_fails_is_named_and_the_others_load(
+    db, database_url, data_dir, dagster_storage_url, postgres_instance, tmp_path
+):
+    broken = partition_keys()[3]
+    with FakeGbif() as gbif:
+        gbif.serve_lab_occurrences()
+        gbif.edit_species(broken, _latitude_as_text)
+        gbif_env = {"GBIF_SOURCE": "api", "GBIF_BASE_URL": gbif.base_url}
+        finished = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, gbif_env)
+    output = finished.stdout + finished.stderr
+    assert finished.returncode == 1, output
+    assert "Traceback" not in output, output
+    errors = [line for line in finished.stderr.splitlines() if line.startswith("make run: ")]
+    # The species' own error, named by partition, is what the user reads last.
+    assert errors[-1].startswith(f"make run: gbif_derived partition {broken} failed: "), output
+    assert "decimalLatitude" in errors[-1], output
+    table = {line.split()[0]: line.split()[1:4] for line in finished.stdout.splitlines()[2:]}
+    assert table["gbif_derived"][:2] == ["70", "0"] and table["occurrences"][:2] == ["70", "0"], output
+    # The later jobs ran: the batches and the unpartitioned assets.
+    assert table["occurrence_batches"][0] == "21" and table["sample_export"][0] == "1", output
+    materialized, failed = (
+        partitions_in_status(postgres_instance, dg.AssetKey("occurrences"), species_partitions, status)
+        for status in (dg.AssetPartitionStatus.MATERIALIZED, dg.AssetPartitionStatus.FAILED)
+    )
+    assert failed == {broken} and len(materialized) == 70 and broken not in materialized

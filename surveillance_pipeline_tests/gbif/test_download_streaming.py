@@ -1,0 +1,386 @@
+"""GBIF downloads at real scale: streamed, indexed once per version, and correct on what real downloads hold.
+
+Every download here is generated in the test (a user's clone has no big files): GBIF-shaped DwC-A zips
+with GBIF's keys, EML metadata of the 2014 and the 2020 shapes, and as many records as a case needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.gbif import download_index
+from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable
+from surveillance_pipeline.gbif.download_index import ensure_index, open_downloads
+from surveillance_pipeline.gbif.downloads import describe_download, read_records
+from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
+from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
+from surveillance_pipeline.gbif.records import record_from_fields
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.lab.resources import LabGbifSource
+from surveillance_pipeline.occurrences.derive import derive_to_file
+from surveillance_pipeline.orchestration.resources import GbifSource
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, resources
+
+DEVIL_SPECIES = species_by_slug(DEVIL)
+TERMS = (
+    "gbifID",
+    "species",
+    "taxonKey",
+    "countryCode",
+    "stateProvince",
+    "decimalLatitude",
+    "decimalLongitude",
+    "year",
+    "license",
+    "issue",
+    "occurrenceStatus",
+)
+CC_BY = "http://creativecommons.org/licenses/by/4.0/legalcode"
+TERM_URIS = {
+    "gbifID": "http://rs.gbif.org/terms/1.0/gbifID",
+    "taxonKey": "http://rs.gbif.org/terms/1.0/taxonKey",
+    "license": "http://purl.org/dc/terms/license",
+    "issue": "http://rs.gbif.org/terms/1.0/issue",
+}
+
+
+def meta_xml(terms: tuple[str, ...]) -> str:
+    fields = "\n".join(
+        f'    <field index="{i}" term="{TERM_URIS.get(t, "http://rs.tdwg.org/dwc/terms/" + t)}"/>'
+        for i, t in enumerate(terms)
+    )
+    return (
+        '<archive xmlns="http://rs.tdwg.org/dwc/text/" metadata="metadata.xml">\n'
+        '  <core encoding="UTF-8" fieldsTerminatedBy="\\t" linesTerminatedBy="\\n" fieldsEnclosedBy=""'
+        ' ignoreHeaderLines="1" rowType="http://rs.tdwg.org/dwc/terms/Occurrence">\n'
+        "    <files><location>occurrence.txt</location></files>\n"
+        '    <id index="0"/>\n'
+        f"{fields}\n  </core>\n</archive>\n"
+    )
+
+
+def metadata_2020(key: str, doi: str) -> str:
+    """GBIF's EML of 2020: the key in alternateIdentifier, the DOI in packageId and the citation, and an
+    abstract with no <br/> before the list of constituent datasets."""
+    return textwrap.dedent(
+        f"""\
+        <eml:eml xmlns:eml="eml://ecoinformatics.org/eml-2.1.1" packageId="{doi}" system="http://gbif.org">
+        <dataset><alternateIdentifier>{key}</alternateIdentifier>
+        <title>GBIF Occurrence Download {key}</title>
+        <abstract><para>A dataset containing all occurrences available in GBIF matching the query: \
+        {{"TaxonKey":"5219404"}} The dataset includes records from the following constituent datasets. \
+        The full metadata for each constituent is also included in this archive: 7 records from Atlas.</para>
+        </abstract></dataset>
+        <additionalMetadata><metadata><gbif>
+        <citation identifier="https://doi.org/{doi}">GBIF.org GBIF Occurrence Download {doi}</citation>
+        </gbif></metadata></additionalMetadata></eml:eml>
+        """
+    )
+
+
+def devil_row(gbif_id: int, year: int | str = 2001, latitude: str = "-42.5", status: str = "PRESENT") -> str:
+    return (
+        f"{gbif_id}\tSarcophilus harrisii\t{DEVIL_SPECIES.taxon_key or ''}\tAU\tTasmania\t{latitude}\t147.1\t"
+        f"{year}\t{CC_BY}\t\t{status}\n"
+    )
+
+
+def write_download(path: Path, rows, metadata: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("meta.xml", meta_xml(TERMS))
+        if metadata is not None:
+            archive.writestr("metadata.xml", metadata)
+        with archive.open("occurrence.txt", "w", force_zip64=True) as member:
+            member.write(("\t".join(TERMS) + "\n").encode())
+            for row in rows:
+                member.write(row.encode())
+    return path
+
+
+def test_the_2020_metadata_gives_the_doi_and_a_query_cut_before_the_datasets(tmp_path):
+    path = write_download(
+        tmp_path / "0022697-200613084148143.zip",
+        [devil_row(1)],
+        metadata_2020("0022697-200613084148143", "10.15468/dl.abcd12"),
+    )
+    download = describe_download(path)
+    assert (download.key, download.doi) == ("0022697-200613084148143", "10.15468/dl.abcd12")
+    assert download.query == '{"TaxonKey":"5219404"}'
+    assert download.created == "2020-06-13T08:41:48Z"
+
+
+def test_a_record_in_two_downloads_is_taken_from_the_newer_by_creation_time(tmp_path):
+    # Sorted as strings, 0009886-… (2025) comes before 0022697-… (2020): the older reading would win.
+    older = write_download(
+        tmp_path / "0022697-200613084148143.zip",
+        [devil_row(7, year=1999), devil_row(8)],
+        metadata_2020("0022697-200613084148143", "10.15468/dl.old"),
+    )
+    newer = write_download(tmp_path / "0009886-250127130748423.zip", [devil_row(7, year=2024)])
+    indexes = [
+        ensure_index(describe_download(p), tmp_path / "index", [DEVIL_SPECIES]) for p in (newer, older)
+    ]
+    raw = tmp_path / "raw" / f"{DEVIL}.json"
+    outcome = ingest_species_from_downloads(indexes, DEVIL_SPECIES, raw)
+    assert outcome is not None and outcome.records == 2
+    snapshot = read_raw_snapshot(raw)
+    years = {record["key"]: record["year"] for record in snapshot.iter_records(raw)}
+    assert years == {7: 2024, 8: 2001}
+    # The newest download's creation time, whatever order the folder lists them in.
+    assert snapshot.retrieved == "2025-01-27T13:07:48Z"
+    assert [d["key"] for d in snapshot.request["downloads"]] == [
+        "0022697-200613084148143",
+        "0009886-250127130748423",
+    ]
+
+
+def test_the_same_downloads_give_the_same_raw_bytes_in_two_fresh_folders(tmp_path):
+    # A zip whose name holds no key: its time comes from the zip itself, never from the clock.
+    rows = [devil_row(i) for i in range(1, 50)]
+    digests = []
+    for name in ("first", "second"):
+        folder = tmp_path / name
+        zip_path = write_download(folder / "downloads" / "my-devils.zip", rows)
+        os.utime(zip_path, (1_000_000_000 + len(digests), 1_000_000_000 + len(digests)))
+        [index] = open_downloads(folder / "downloads", folder / "index", [DEVIL_SPECIES], build=True).indexes
+        assert index is not None
+        raw = folder / "raw" / f"{DEVIL}.json"
+        ingest_species_from_downloads([index], DEVIL_SPECIES, raw)
+        digests.append((raw.read_bytes(), raw.with_name(f"{DEVIL}.records.tsv.gz").read_bytes()))
+    assert digests[0] == digests[1]
+
+
+def test_a_corrupt_member_is_an_input_error_naming_zip_member_and_line(tmp_path):
+    path = write_download(tmp_path / "0001111-261129000000000.zip", [devil_row(i) for i in range(1, 20_000)])
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("occurrence.txt")
+    data = bytearray(path.read_bytes())
+    # Bad deflate data in the middle of the member; the directory stays intact.
+    middle = info.header_offset + 30 + len(info.filename) + info.compress_size // 2
+    data[middle : middle + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError) as caught:
+        ensure_index(describe_download(path), tmp_path / "index", [DEVIL_SPECIES])
+    assert caught.value.path == str(path)
+    assert caught.value.where.startswith("occurrence.txt line ")
+    assert not (tmp_path / "index" / describe_download(path).sha256).exists() or not any(
+        (tmp_path / "index").rglob("index.json")
+    )
+
+
+@pytest.mark.parametrize("reader", ["columnar", "rows"])
+def test_absent_records_reach_no_species_as_search_would_leave_them_out(tmp_path, monkeypatch, reader):
+    if reader == "rows":
+        monkeypatch.setattr(download_index, "read_column_batches", _rows_only)
+    rows = [
+        devil_row(1),
+        devil_row(2, status="ABSENT"),
+        devil_row(3, status="absent"),
+        devil_row(4, status=""),
+    ]
+    path = write_download(tmp_path / "0001111-261129000000000.zip", rows)
+    index = ensure_index(describe_download(path), tmp_path / "index", [DEVIL_SPECIES])
+    raw = tmp_path / "raw" / f"{DEVIL}.json"
+    ingest_species_from_downloads([index], DEVIL_SPECIES, raw)
+    assert [r["key"] for r in read_raw_snapshot(raw).iter_records(raw)] == [1, 4]
+    assert index.counts["records"] == 4
+
+
+def _rows_only(info):
+    raise ColumnarUnavailable("forced: read row by row")
+
+
+def test_a_download_is_indexed_once_per_version_and_a_registry_change_makes_a_new_index(tmp_path):
+    path = write_download(tmp_path / "0001111-261129000000000.zip", [devil_row(i) for i in range(1, 10)])
+    info = describe_download(path)
+    first = ensure_index(info, tmp_path / "index", [DEVIL_SPECIES])
+    stamp = (first.folder / "index.json").stat().st_mtime_ns
+    assert ensure_index(info, tmp_path / "index", [DEVIL_SPECIES]).folder == first.folder
+    assert (first.folder / "index.json").stat().st_mtime_ns == stamp
+    elsewhere = dataclasses.replace(DEVIL_SPECIES, state_province="Victoria")
+    other = ensure_index(info, tmp_path / "index", [elsewhere])
+    assert other.folder != first.folder
+    # The registry's area means for a download what it means for a search: Victoria holds none of these.
+    assert first.part(DEVIL) is not None and first.part(DEVIL).records == 9
+    assert other.part(DEVIL) is None
+
+
+GENERATE = """
+import sys, zipfile
+path, count = sys.argv[1], int(sys.argv[2])
+terms = {terms!r}
+filler = ["verbatim%d" % i for i in range(120)]
+with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+    archive.writestr("meta.xml", {meta!r})
+    with archive.open("occurrence.txt", "w", force_zip64=True) as member:
+        member.write(("\\t".join(terms + tuple(filler)) + "\\n").encode())
+        tail = "\\t".join("some verbatim text %d" % i for i in range(120)) + "\\n"
+        block = []
+        for i in range(1, count + 1):
+            gbif_id = (i * 7919) % (count * 10) + 1
+            place = "AU\\tTasmania\\t-42.%d\\t147.%d" % (i % 997, i % 991)
+            fields = (gbif_id, "Sarcophilus harrisii", "{key}", place, 2001, "{cc}", "", "PRESENT", tail)
+            block.append("\\t".join(str(field) for field in fields))
+            if len(block) == 5000:
+                member.write("".join(block).encode()); block = []
+        member.write("".join(block).encode())
+"""
+
+IMPORT = """
+import resource, sys
+from pathlib import Path
+limit = int(sys.argv[3]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from surveillance_pipeline.gbif.download_index import ensure_index
+from surveillance_pipeline.gbif.downloads import describe_download
+from surveillance_pipeline.gbif.registry import species_by_slug
+devil = species_by_slug("sarcophilus-harrisii")
+index = ensure_index(describe_download(Path(sys.argv[1])), Path(sys.argv[2]), [devil])
+print(index.counts["records"], index.part("sarcophilus-harrisii").records)
+"""
+RECORDS = 300_000
+# Address space for the whole child, Python and numpy included: the 300k-record member alone is about
+# 800 MB of text, so a reader that holds it (as the one before this did: read, then decoded) cannot fit.
+ADDRESS_SPACE_MB = 900
+
+
+def test_a_download_is_indexed_in_bounded_memory(tmp_path):
+    zip_path = tmp_path / "0002222-261129000000000.zip"
+    columns = TERMS + tuple(f"verbatim{i}" for i in range(120))
+    script = GENERATE.format(terms=TERMS, meta=meta_xml(columns), key=DEVIL_SPECIES.taxon_key or "", cc=CC_BY)
+    subprocess.run([sys.executable, "-c", script, str(zip_path), str(RECORDS)], check=True)
+    with zipfile.ZipFile(zip_path) as archive:
+        assert archive.getinfo("occurrence.txt").file_size > 780 << 20
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT, str(zip_path), str(tmp_path / "index"), str(ADDRESS_SPACE_MB)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [str(RECORDS), str(RECORDS)]
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_species_no_download_holds_come_from_search_and_others_from_the_download(database_url, data_dir):
+    """Mixed sources: the devil from a download, the next species from the (lab) search, both loaded."""
+    write_download(data_dir / "downloads" / "0001234-261129000000000.zip", [devil_row(i) for i in (5, 6, 7)])
+    (data_dir / "downloads" / "README.txt").write_text("my notes\n", encoding="utf-8")
+    mixed = {**resources(database_url, data_dir), "gbif": LabGbifSource(source="download", fallback="lab")}
+    other = species_by_slug("thylacinus-cynocephalus")
+    with dg.instance_for_test() as instance:
+        for slug in (DEVIL, other.slug):
+            run = dg.materialize(SPINE, instance=instance, partition_key=slug, resources=mixed)
+            assert run.success
+            raw = json.loads((data_dir / "raw" / f"{slug}.json").read_text())
+            if slug == DEVIL:
+                assert raw["source"] == "download" and metadata(run, "occurrences")["rows"] == 3
+            else:
+                assert raw["source"] == "lab" and metadata(run, "occurrences")["rows"] == other.lab_records
+
+
+@pytest.mark.db
+def test_the_sensor_reports_a_bad_zip_once_and_never_parses_a_download(database_url, data_dir):
+    definitions = assemble({**resources(database_url, data_dir), "gbif": GbifSource(source="download")})
+    sensor = definitions.resolve_sensor_def("downloads_sensor")
+    with dg.instance_for_test() as instance:
+
+        def tick(cursor):
+            context = dg.build_sensor_context(
+                instance=instance, cursor=cursor, resources=definitions.resources
+            )
+            return sensor.evaluate_tick(context)
+
+        (data_dir / "downloads").mkdir(parents=True)
+        (data_dir / "downloads" / "broken.zip").write_bytes(b"not a zip at all")
+        (data_dir / "downloads" / "notes.txt").write_text("x", encoding="utf-8")
+        first = tick(None)
+        assert first.run_requests == [] and "broken.zip" in first.skip_message
+        assert "not a zip, not read: notes.txt" in first.skip_message
+        # The same bad file again (touched, same bytes): not reported as new, nothing launched.
+        os.utime(data_dir / "downloads" / "broken.zip")
+        again = tick(first.cursor)
+        assert again.run_requests == [] and "not a readable zip" not in again.skip_message
+        (data_dir / "downloads" / "broken.zip").unlink()
+        write_download(data_dir / "downloads" / "0001234-261129000000000.zip", [devil_row(1)])
+        fixed = tick(again.cursor)
+        assert len(fixed.run_requests) == 1
+        # A tick reads no record: the download is indexed by gbif_raw, not by the sensor.
+        assert not (data_dir / "download_index").exists()
+
+
+SHARED_ZIPS = (
+    "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip",
+    "gbif/dwca-0000066-elevation/0000066-140928181241064.zip",
+)
+# sha256 over the sorted (species, sha256 of its derived CSV) pairs of every species in the two shared
+# downloads, as the reader before streaming derived them (whole-member read, JSON raw snapshots): the
+# streamed import must give the same derived files, byte for byte.
+DERIVED_BEFORE_STREAMING = "73dd4069ce4e6c7a1cb5e7cd77de9c41ea0a8b65bf84d0a0e23a5a1d7f6fc244"
+
+
+def _derived_digests(shared_data: Path, work: Path) -> dict[str, str]:
+    names = sorted(
+        {
+            record["species"]
+            for name in SHARED_ZIPS
+            for record in _every_record(shared_data / name)
+            if "species" in record
+        }
+    )
+    registry = [
+        dataclasses.replace(
+            DEVIL_SPECIES,
+            species_id=9000 + i,
+            slug=name.lower().replace(" ", "-"),
+            scientific_name=name,
+            taxon_key=None,
+            country="",
+            state_province="",
+        )
+        for i, name in enumerate(names)
+    ]
+    indexes = [
+        ensure_index(describe_download(shared_data / name), work / "index", registry) for name in SHARED_ZIPS
+    ]
+    digests = {}
+    for species in registry:
+        raw = work / "raw" / f"{species.slug}.json"
+        ingest_species_from_downloads(indexes, species, raw)
+        digests[species.scientific_name] = derive_to_file(raw, species, None).sha256
+    return digests
+
+
+def _every_record(path: Path) -> list[dict]:
+    return [
+        record_from_fields(record.text.rstrip("\n").split("\t"))
+        for record in read_records(describe_download(path))
+    ]
+
+
+def test_the_shared_downloads_derive_byte_for_byte_as_before_streaming(shared_data, tmp_path):
+    digests = _derived_digests(shared_data, tmp_path)
+    assert len(digests) == 129
+    combined = hashlib.sha256(json.dumps(sorted(digests.items())).encode()).hexdigest()
+    assert combined == DERIVED_BEFORE_STREAMING
+
+
+def test_the_row_reader_and_the_columnar_reader_derive_the_same_files(shared_data, tmp_path, monkeypatch):
+    columnar = _derived_digests(shared_data, tmp_path / "columnar")
+
+    monkeypatch.setattr(download_index, "read_column_batches", _rows_only)
+    assert _derived_digests(shared_data, tmp_path / "rows") == columnar

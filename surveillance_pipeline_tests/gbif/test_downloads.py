@@ -1,0 +1,405 @@
+"""GBIF downloads (DwC-A and simple CSV) read by meta.xml, derived by the same rules, loaded into occurrences.
+
+The real downloads are read from ../shared/data/gbif/ in place; constructed archives are written to tmp_path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.gbif.download_index import DownloadIndex, ensure_index, open_downloads
+from surveillance_pipeline.gbif.downloads import (
+    DWCA,
+    SIMPLE_CSV,
+    describe_download,
+    read_records,
+)
+from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
+from surveillance_pipeline.gbif.licenses import CC_BY, CC_BY_NC, normalize_license
+from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
+from surveillance_pipeline.gbif.records import record_from_fields
+from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, partition_keys, species_by_slug
+from surveillance_pipeline.lab.resources import LabGbifSource
+from surveillance_pipeline.occurrences.assets import gbif_downloads
+from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
+from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
+
+DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
+SIMPLE_ZIP = "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip"
+DEVIL_SPECIES = species_by_slug(DEVIL)
+
+
+def every_record(path: Path) -> list[dict]:
+    """Every record of a download, as occurrence-search records, in file order (small files only)."""
+    return [
+        record_from_fields(r.text.rstrip("\n").split("\t")) for r in read_records(describe_download(path))
+    ]
+
+
+def index_of(path: Path, root: Path, registry) -> DownloadIndex:
+    return ensure_index(describe_download(path), root / "index", list(registry))
+
+
+@pytest.fixture()
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def test_the_shared_dwca_is_read_by_its_meta_xml(shared_data, tmp_path):
+    download = describe_download(shared_data / DWCA_ZIP)
+    assert (download.format, download.key, download.doi) == (DWCA, "0000066-140928181241064", None)
+    assert download.query == '{"type":"equals","key":"ELEVATION","value":"9500"}'
+    assert download.created == "2014-09-28T18:12:41Z"  # read off the key: the raw snapshot's time
+    index = index_of(shared_data / DWCA_ZIP, tmp_path, [])
+    # The figures PROVENANCE.md gives for occurrence.txt.
+    assert index.counts == {
+        "above_species_rank": 161,
+        "no_coordinates": 325,
+        "no_license": 470,
+        "records": 470,
+        "zero_coordinates": 32,
+    }
+    assert index.licenses == {"none": 470}
+    records = every_record(shared_data / DWCA_ZIP)
+    names = {record.get("scientificName") for record in records}
+    assert "Caloplaca arenaria (Pers.) Müll. Arg." in names
+    years = [r["year"] for r in records if "year" in r]
+    assert (len(years), min(years), max(years)) == (381, 1853, 1997)
+
+
+def test_the_shared_simple_csv_is_read_and_its_licenses_normalize_like_uris(shared_data, tmp_path):
+    download = describe_download(shared_data / SIMPLE_ZIP)
+    assert (download.format, download.key, download.query) == (SIMPLE_CSV, "0009886-250127130748423", None)
+    assert download.created == "2025-01-27T13:07:48Z"
+    index = index_of(shared_data / SIMPLE_ZIP, tmp_path, [])
+    assert index.counts == {
+        "above_species_rank": 0,
+        "no_coordinates": 8,
+        "no_license": 0,
+        "records": 91,
+        "zero_coordinates": 0,
+    }
+    assert index.licenses == {CC_BY: 32, CC_BY_NC: 59}
+    # A simple CSV says CC_BY_NC_4_0 where a DwC-A or the API says the URI: the same short name.
+    assert normalize_license("CC_BY_NC_4_0") == normalize_license(
+        "http://creativecommons.org/licenses/by-nc/4.0/legalcode"
+    )
+
+
+def _delphinium():
+    """A registry-shaped species for the simple CSV's one species (the lab registry is Tasmanian)."""
+    return dataclasses.replace(
+        DEVIL_SPECIES,
+        species_id=9001,
+        slug="delphinium-fissum",
+        scientific_name="Delphinium fissum",
+        vernacular_name="",
+        taxon_key=None,
+        # No area: the whole download's records of the taxon, as a search without country would give.
+        country="",
+        state_province="",
+    )
+
+
+@pytest.mark.db
+def test_a_shared_download_lands_in_occurrences_and_a_second_import_is_skipped(
+    db, database_url, shared_data, tmp_path
+):
+    ensure_state_tables(db)
+    species = _delphinium()
+    indexes = [index_of(shared_data / name, tmp_path, [species]) for name in (SIMPLE_ZIP, DWCA_ZIP)]
+    raw = tmp_path / "raw" / f"{species.slug}.json"
+    first = ingest_species_from_downloads(indexes, species, raw)
+    assert first is not None and (first.written, first.records) == (True, 91)
+    snapshot = read_raw_snapshot(raw)
+    assert snapshot.request["endpoint"] == DOWNLOAD_ENDPOINT
+    # Only the download that held the species is named: the DwC-A has no Delphinium.
+    assert [d["key"] for d in snapshot.request["downloads"]] == ["0009886-250127130748423"]
+    # Same downloads, same bytes: the time is when GBIF made the download, never the clock.
+    assert snapshot.retrieved == "2025-01-27T13:07:48Z"
+    derived_path = tmp_path / "derived.csv"
+    derive_to_file(raw, species, derived_path)
+    loaded = load_occurrences(
+        db, species=species, derived=derived_path, rules=OccurrenceRules(), run_id="download-test"
+    )
+    assert (loaded.action, loaded.rows) == ("loaded", 91)
+    licenses = db.execute(
+        "SELECT license, count(*) FROM occurrences WHERE species_id = %s GROUP BY license ORDER BY license",
+        [species.species_id],
+    ).fetchall()
+    assert licenses == [(CC_BY, 32), (CC_BY_NC, 59)]
+    assert db.execute(
+        "SELECT count(*), count(geom) FROM occurrences WHERE species_id = %s", [species.species_id]
+    ).fetchone() == (91, 83)
+    before = table_md5(db, species.species_id)
+
+    again = ingest_species_from_downloads(indexes, species, raw)
+    assert again is not None
+    assert (again.written, again.reason, again.file_sha256) == (False, "nothing changed", first.file_sha256)
+    derive_to_file(raw, species, derived_path)
+    reload = load_occurrences(
+        db, species=species, derived=derived_path, rules=OccurrenceRules(), run_id="download-test-2"
+    )
+    assert reload.action == "skipped"
+    assert table_md5(db, species.species_id) == before
+
+
+def derive_occurrences_from(raw: Path, species):
+    """The derived CSV of a header snapshot, in memory (small test species only)."""
+    target = raw.with_suffix(".csv")
+    streamed = derive_to_file(raw, species, target)
+    return DerivedFile(target.read_bytes(), streamed.rows, streamed.counts)
+
+
+@pytest.mark.db
+def test_dwca_zero_coordinates_and_empty_licenses_keep_the_record_without_geometry(db, shared_data, tmp_path):
+    ensure_state_tables(db)
+    species = dataclasses.replace(
+        DEVIL_SPECIES,
+        species_id=9002,
+        slug="bombus-rufocinctus",
+        scientific_name="Bombus rufocinctus",
+        country="",
+        state_province="",
+    )
+    raw = tmp_path / "bombus.json"
+    ingest_species_from_downloads([index_of(shared_data / DWCA_ZIP, tmp_path, [species])], species, raw)
+    derived = derive_occurrences_from(raw, species)
+    zero = sum(
+        1
+        for r in every_record(shared_data / DWCA_ZIP)
+        if r.get("species") == "Bombus rufocinctus" and "ZERO_COORDINATE" in r.get("issues", ())
+    )
+    assert (derived.rows, derived.counts["no_license"], derived.counts["zero_coordinates"]) == (27, 27, zero)
+    load_occurrences(db, species=species, derived=derived.data, rules=OccurrenceRules(), run_id="t")
+    rows, with_geom, licensed, at_origin = db.execute(
+        "SELECT count(*), count(geom), count(license),"
+        " count(*) FILTER (WHERE ST_X(geom) = 0 AND ST_Y(geom) = 0)"
+        " FROM occurrences WHERE species_id = %s",
+        [species.species_id],
+    ).fetchone()
+    assert (rows, licensed, at_origin) == (27, 0, 0)
+    assert with_geom == 27 - derived.counts["no_coordinates"] - zero
+
+
+# A constructed DwC-A: columns in an order no GBIF download uses, quoted fields with an embedded tab and
+# quote, a constant column given by meta.xml's default, a BOM, diacritics, an empty license, a 0,0 record,
+# a record above species rank.
+META_XML = """<archive xmlns="http://rs.tdwg.org/dwc/text/" metadata="metadata.xml">
+  <core encoding="UTF-8" fieldsTerminatedBy="\\t" linesTerminatedBy="\\n" fieldsEnclosedBy="&quot;"
+        ignoreHeaderLines="1" rowType="http://rs.tdwg.org/dwc/terms/Occurrence">
+    <files><location>occurrence.txt</location></files>
+    <id index="3"/>
+    <field index="0" term="http://rs.tdwg.org/dwc/terms/decimalLongitude"/>
+    <field index="1" term="http://rs.tdwg.org/dwc/terms/locality"/>
+    <field index="2" term="http://purl.org/dc/terms/license"/>
+    <field index="3" term="http://rs.gbif.org/terms/1.0/gbifID"/>
+    <field index="4" term="http://rs.tdwg.org/dwc/terms/species"/>
+    <field index="5" term="http://rs.tdwg.org/dwc/terms/decimalLatitude"/>
+    <field index="6" term="http://rs.tdwg.org/dwc/terms/year"/>
+    <field index="7" term="http://rs.gbif.org/terms/1.0/issue"/>
+    <field term="http://rs.tdwg.org/dwc/terms/countryCode" default="AU"/>
+    <field term="http://rs.tdwg.org/dwc/terms/stateProvince" default="Tasmania"/>
+  </core>
+</archive>
+"""
+METADATA_XML = """<eml:eml xmlns:eml="eml://ecoinformatics.org/eml-2.1.1"><dataset>
+<alternateIdentifier>10.15468/dl.test01</alternateIdentifier>
+<abstract><para>A dataset containing all occurrences available in GBIF matching the query: \
+{"type":"equals","key":"TAXON_KEY","value":"2433"}&lt;br/&gt;The dataset includes records from ...</para>
+</abstract></dataset><additionalMetadata><metadata><gbif>
+<citation identifier="0001234-261129000000000">GBIF Occurrence Download</citation>
+</gbif></metadata></additionalMetadata></eml:eml>
+"""
+HEADER = "decimalLongitude\tlocality\tlicense\tgbifID\tspecies\tdecimalLatitude\tyear\tissue\n"
+DEVIL_ROWS = [
+    '147.3\t"Mount\tField, ""the"" ridge"\thttp://creativecommons.org/licenses/by/4.0/legalcode\t'
+    "5001\tSarcophilus harrisii\t-42.7\t2019\t\n",
+    "146.1\tCradle Mountain–Lake St Clair\t\t5002\tSarcophilus harrisii\t-41.6\t\t\n",
+    "0\tSomewhere\tCC_BY_NC_4_0\t5003\tSarcophilus harrisii\t0\t2001\tZERO_COORDINATE\n",
+    "145.9\tStrahan\tCC0_1_0\t5004\t\t-42.1\t2003\tTAXON_MATCH_HIGHERRANK\n",
+]
+
+
+def _write_dwca(path: Path, rows: list[str], meta: str = META_XML) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("meta.xml", meta)
+        archive.writestr("metadata.xml", METADATA_XML)
+        archive.writestr("occurrence.txt", ("\ufeff" + HEADER + "".join(rows)).encode("utf-8"))
+    return path
+
+
+def test_a_constructed_dwca_is_read_by_term_not_by_position(tmp_path):
+    path = _write_dwca(tmp_path / "0001234-261129000000000.zip", DEVIL_ROWS)
+    download = describe_download(path)
+    assert (download.key, download.doi) == ("0001234-261129000000000", "10.15468/dl.test01")
+    assert download.query == '{"type":"equals","key":"TAXON_KEY","value":"2433"}'
+    first, second, zero, genus = every_record(path)
+    assert first == {
+        "key": 5001,
+        "countryCode": "AU",
+        "stateProvince": "Tasmania",
+        "decimalLatitude": -42.7,
+        "decimalLongitude": 147.3,
+        "license": "http://creativecommons.org/licenses/by/4.0/legalcode",
+        "locality": 'Mount\tField, "the" ridge',
+        "species": "Sarcophilus harrisii",
+        "year": 2019,
+    }
+    assert second["locality"] == "Cradle Mountain–Lake St Clair" and "license" not in second
+    assert zero["issues"] == ["ZERO_COORDINATE"]
+    assert "species" not in genus
+    assert index_of(path, tmp_path, [DEVIL_SPECIES]).counts == {
+        "above_species_rank": 1,
+        "no_coordinates": 0,
+        "no_license": 1,
+        "records": 4,
+        "zero_coordinates": 1,
+    }
+
+
+BAD_ROWS = {
+    "non-numeric gbifID": ("1.5\tx\t\tabc\tSarcophilus harrisii\t-42\t2001\t\n", "line 2", "gbifID"),
+    "latitude 91": ("147\tx\t\t6001\tSarcophilus harrisii\t91\t2001\t\n", "line 2", "decimalLatitude"),
+    "longitude NaN": ("NaN\tx\t\t6001\tSarcophilus harrisii\t-42\t2001\t\n", "line 2", "decimalLongitude"),
+    "year not a number": ("147\tx\t\t6001\tSarcophilus harrisii\t-42\t20x1\t\n", "line 2", "year"),
+    "unknown license": ("147\tx\tGPL-3\t6001\tSarcophilus harrisii\t-42\t2001\t\n", "line 2", "license"),
+    "too few fields": ("147\tx\t\t6001\n", "line 2", None),
+    "duplicate gbifID": (DEVIL_ROWS[0] + DEVIL_ROWS[0], "line 3", "gbifID"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+def test_a_bad_download_row_is_refused_naming_zip_member_line_and_term(tmp_path, case):
+    row, where, field = BAD_ROWS[case]
+    path = _write_dwca(tmp_path / "bad.zip", [row])
+    with pytest.raises(InputError) as caught:
+        index_of(path, tmp_path, [DEVIL_SPECIES])
+    assert caught.value.path == str(path)
+    assert caught.value.where == f"occurrence.txt {where}"
+    assert caught.value.field == field
+
+
+def test_a_zip_that_is_no_gbif_download_is_refused(tmp_path):
+    path = tmp_path / "holiday-photos.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a.jpg", b"\xff\xd8")
+    with pytest.raises(InputError, match="neither a Darwin Core Archive"):
+        describe_download(path)
+    path.write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="not a readable zip"):
+        describe_download(path)
+
+
+def _download_resources(database_url: str, data_dir: Path) -> dict:
+    """The test resources with ingest reading data/downloads/ (GBIF_SOURCE=download)."""
+    return {**resources(database_url, data_dir), "gbif": LabGbifSource(source="download", fallback="lab")}
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
+    db, database_url, data_dir, instance
+):
+    resources = _download_resources(database_url, data_dir)
+    zip_path = _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    (data_dir / "downloads" / "notes.txt").write_text("where these came from\n", encoding="utf-8")
+
+    observed = observe([gbif_downloads], instance=instance, resources=resources)
+    assert observed.success
+    [event] = observed.get_asset_observation_events()
+    observation = event.asset_observation_data.asset_observation
+    folder = open_downloads(data_dir / "downloads", data_dir / "download_index", [], build=False)
+    assert observation.tags["dagster/data_version"] == folder.version
+    # Observing never reads the records: until gbif_raw has indexed the download, its counts are unknown.
+    assert observation.metadata["downloads"].value[0]["indexed"] is False
+    # A file that is not a zip is not read, and says so.
+    assert observation.metadata["ignored"].value == ["notes.txt"]
+
+    run = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert metadata(run, "occurrences")["rows"] == 3  # the genus-rank record reaches no species
+    request = json.loads((data_dir / "raw" / f"{DEVIL}.json").read_text())["request"]
+    assert request["downloads"][0]["sha256"] == describe_download(zip_path).sha256
+    [indexed] = observe(
+        [gbif_downloads], instance=instance, resources=resources
+    ).get_asset_observation_events()
+    listing = indexed.asset_observation_data.asset_observation.metadata["downloads"].value
+    assert listing[0]["above_species_rank"] == 1 and listing[0]["zero_coordinates"] == 1
+    assert db.execute(
+        "SELECT array_agg(concat_ws('|', id, year, license, ST_AsText(geom)) ORDER BY id) FROM occurrences"
+    ).fetchone()[0] == [
+        "5001|2019|CC BY 4.0|POINT(147.3 -42.7)",
+        "5002|POINT(146.1 -41.6)",
+        "5003|2001|CC BY-NC 4.0",
+    ]
+    before = table_md5(db)
+
+    again = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert [metadata(again, name)["action"] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [
+        "skipped",
+        "skipped",
+        "skipped",
+    ]
+    assert table_md5(db) == before
+
+
+@pytest.mark.db
+def test_the_downloads_sensor_runs_once_per_new_download_and_only_for_the_download_source(
+    database_url, data_dir, instance
+):
+    definitions = assemble(_download_resources(database_url, data_dir))
+    sensor = definitions.resolve_sensor_def("downloads_sensor")
+
+    def tick(cursor=None, resources=definitions.resources):
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+        return sensor.evaluate_tick(context)
+
+    empty = tick()
+    assert empty.run_requests == [] and empty.cursor is not None
+    _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    first = tick(empty.cursor)
+    [request] = first.run_requests
+    keys = partition_keys()
+    assert request.tags["dagster/asset_partition_range_start"] == keys[0]
+    assert request.tags["dagster/asset_partition_range_end"] == keys[-1]
+    [observation] = first.asset_events
+    assert observation.tags["dagster/data_version"] == (
+        open_downloads(data_dir / "downloads", data_dir / "download_index", [], build=False).version
+    )
+    assert tick(first.cursor).run_requests == []
+
+    searching = {**definitions.resources, "gbif": LabGbifSource(source="lab")}
+    assert "does not read downloads" in tick(None, searching).skip_message
+
+
+def test_a_species_is_found_by_its_backbone_key_as_derive_checks_it(shared_data, tmp_path):
+    records = every_record(shared_data / DWCA_ZIP)
+    by_key = dataclasses.replace(
+        DEVIL_SPECIES,
+        slug="bombus-by-key",
+        scientific_name="Bombus rufocinctus",
+        taxon_key=1340347,
+        country="",
+        state_province="",
+    )
+    by_name = dataclasses.replace(by_key, slug="bombus-by-name", taxon_key=None)
+    index = index_of(shared_data / DWCA_ZIP, tmp_path, [by_key, by_name])
+    for species in (by_key, by_name):
+        expected = sorted(r["key"] for r in records if species.matches(r))
+        part = index.part(species.slug)
+        assert expected and part is not None and part.records == len(expected)
+        raw = tmp_path / "raw" / f"{species.slug}.json"
+        ingest_species_from_downloads([index], species, raw)
+        assert [r["key"] for r in read_raw_snapshot(raw).iter_records(raw)] == expected

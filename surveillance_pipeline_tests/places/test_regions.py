@@ -1,0 +1,186 @@
+"""region_assignment: point in polygon, else nearest; ties by distance then region id, never by order."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.lab.districts import lab_districts_geojson, lab_layer_path
+from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
+from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
+from surveillance_pipeline.places.regions import RegionLayer, assign_points, load_regions
+from surveillance_pipeline_tests.support.pipeline import DEVIL, metadata, resources
+
+pytestmark = [pytest.mark.db]
+NATURAL_EARTH = "regions/naturalearth-admin1-50m/ne_50m_admin_1_states_provinces.json"
+HOBART = (147.3272, -42.8821)
+CRADLE_MOUNTAIN = (145.9508, -41.6835)
+
+
+def _square(region_id: str, west: float, south: float, east: float, north: float) -> dict:
+    ring = [[west, south], [east, south], [east, north], [west, north], [west, south]]
+    return {
+        "type": "Feature",
+        "properties": {"region_id": region_id, "name": f"region {region_id}"},
+        "geometry": {"type": "Polygon", "coordinates": [ring]},
+    }
+
+
+def _layer(tmp_path, features: list[dict], name: str = "layer.geojson") -> RegionLayer:
+    path = tmp_path / name
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    return RegionLayer(path)
+
+
+def _assign(db, layer: RegionLayer, points):
+    ensure_state_tables(db)
+    load_regions(db, layer, run_id="test")
+    return {row[0]: row[2:] for row in assign_points(db, points)}
+
+
+def test_the_committed_lab_layer_is_what_its_script_generates():
+    assert lab_layer_path().read_bytes() == lab_districts_geojson()
+
+
+@pytest.mark.parametrize("listed", ["higher id first", "lower id first"])
+def test_equidistant_regions_go_to_the_lower_region_id(db, tmp_path, listed):
+    # Two squares 1 degree apart on the equator: (1.5, 0) is exactly between them.
+    features = [_square("R2", 0.0, -1.0, 1.0, 1.0), _square("R1", 2.0, -1.0, 3.0, 1.0)]
+    if listed == "lower id first":
+        features.reverse()
+    assigned = _assign(db, _layer(tmp_path, features), [(1, 1.5, 0.0), (2, 1.2, 0.0), (3, 0.5, 0.5)])
+    region, method, distance = assigned[1]
+    assert (region, method) == ("R1", "nearest")
+    assert distance == pytest.approx(55_660, rel=0.01)  # half a degree of the equator
+    # Distance decides before the id: nearer to R2 than to R1.
+    assert assigned[2][:2] == ("R2", "nearest")
+    assert assigned[3] == ("R2", "within", 0.0)
+
+
+def test_a_point_on_a_shared_border_goes_to_the_lower_region_id(db, tmp_path):
+    features = [
+        _square("B", 0.0, 0.0, 1.0, 1.0),
+        _square("A", 1.0, 0.0, 2.0, 1.0),
+        _square("C", 0.0, 1.0, 2.0, 2.0),
+    ]
+    assigned = _assign(db, _layer(tmp_path, features), [(1, 1.0, 0.5), (2, 1.0, 1.0), (3, 0.5, 1.0)])
+    assert assigned == {1: ("A", "within", 0.0), 2: ("A", "within", 0.0), 3: ("B", "within", 0.0)}
+
+
+def test_shuffled_points_and_features_give_identical_rows(db, tmp_path):
+    features = json.loads(lab_districts_geojson())["features"]
+    rng = random.Random(6)  # seeded: the test is deterministic too
+    points = [(i, 143.5 + rng.random() * 5.5, -44.0 + rng.random() * 5.0) for i in range(1, 401)]
+    ordered = assign_points_rows(db, _layer(tmp_path, features, "a.geojson"), points)
+    shuffled_features = features[:]
+    rng.shuffle(shuffled_features)
+    shuffled_points = points[:]
+    rng.shuffle(shuffled_points)
+    shuffled = assign_points_rows(db, _layer(tmp_path, shuffled_features, "b.geojson"), shuffled_points)
+    assert shuffled == ordered
+    methods = {row[3] for row in ordered}
+    assert methods == {"within", "nearest"}, "the lab layer leaves sea between its districts"
+
+
+def assign_points_rows(db, layer, points):
+    ensure_state_tables(db)
+    load_regions(db, layer, run_id="test")
+    return assign_points(db, points)
+
+
+def test_a_geopackage_layer_loads_the_same_regions_as_its_geojson(db, tmp_path):
+    import geopandas
+
+    geopackage = tmp_path / "districts.gpkg"
+    geopandas.read_file(lab_layer_path()).to_file(geopackage, driver="GPKG")
+    ensure_state_tables(db)
+    rows = []
+    for path in (lab_layer_path(), geopackage):
+        load_regions(db, RegionLayer(path), run_id="test")
+        rows.append(
+            db.execute("SELECT region_id, name, ST_AsText(geom) FROM regions ORDER BY region_id").fetchall()
+        )
+    assert rows[0] == rows[1] and len(rows[0]) == 10
+
+
+def test_natural_earth_puts_a_tasmanian_point_in_tasmania(db, shared_data):
+    layer = RegionLayer(shared_data / NATURAL_EARTH, id_property="iso_3166_2", name_property="name")
+    ensure_state_tables(db)
+    outcome = load_regions(db, layer, run_id="test")
+    assert outcome.rows == 100
+    # Goiás has a self-intersecting ring: repaired, not dropped.
+    assert db.execute("SELECT bool_and(ST_IsValid(geom)) FROM regions").fetchone() == (True,)
+    points = [(1, *CRADLE_MOUNTAIN), (2, 146.5, -40.95), (3, *HOBART)]
+    assigned = {row[0]: row[2:] for row in assign_points(db, points)}
+    assert assigned[1] == ("AU-TAS", "within", 0.0)
+    region, method, distance = assigned[2]  # Bass Strait, off the north coast
+    assert (region, method) == ("AU-TAS", "nearest") and 0 < distance < 30_000
+    # At 1:50m the coastline cuts Hobart's harbour shore off: still Tasmania, by a few hundred metres.
+    region, method, distance = assigned[3]
+    assert (region, method) == ("AU-TAS", "nearest") and 0 < distance < 1_000
+
+
+SPECIES_CHAIN = [gbif_raw, gbif_derived, occurrences, geocoded_localities, region_assignment]
+
+
+def _materialize(instance, database_url, data_dir, config=None):
+    run_config = {"ops": {"region_assignment": {"config": config}}} if config else {}
+    return dg.materialize(
+        SPECIES_CHAIN,
+        instance=instance,
+        partition_key=DEVIL,
+        resources=resources(database_url, data_dir),
+        run_config=run_config,
+    )
+
+
+def _assignment_md5(db) -> str:
+    return db.execute(
+        "SELECT md5(string_agg(concat_ws('|', id, species_id, point_source, region_id, method, distance_m),"
+        " E'\\n' ORDER BY id)) FROM region_assignment"
+    ).fetchone()[0]
+
+
+@pytest.mark.dagster
+def test_region_assignment_loads_skips_and_reloads_for_another_layer(db, database_url, data_dir, shared_data):
+    with dg.instance_for_test() as instance:
+        first = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
+        assert (first["action"], first["reason"]) == ("loaded", "first load")
+        assert first["layer_sha256"] == sha256_file(lab_layer_path())
+        expected = db.execute(
+            "SELECT (SELECT count(*) FROM occurrences WHERE geom IS NOT NULL)"
+            " + (SELECT count(*) FROM geocoded_localities WHERE status = 'found')"
+        ).fetchone()[0]
+        assert first["rows"] == expected
+        sources = dict(
+            db.execute("SELECT point_source, count(*) FROM region_assignment GROUP BY 1").fetchall()
+        )
+        assert set(sources) == {"record", "geocoded"}
+        # Hobart's geocoded records are in the South district.
+        assert db.execute(
+            "SELECT DISTINCT a.region_id, a.method FROM region_assignment a"
+            " JOIN geocoded_localities g USING (id) WHERE g.longitude = %s AND g.latitude = %s",
+            list(HOBART),
+        ).fetchall() == [("TAS-S", "within")]
+        before = _assignment_md5(db)
+
+        again = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
+        assert (again["action"], again["reason"]) == ("skipped", "nothing changed")
+        assert _assignment_md5(db) == before
+
+        natural_earth = {"layer": str(shared_data / NATURAL_EARTH), "id_property": "iso_3166_2"}
+        other = metadata(_materialize(instance, database_url, data_dir, natural_earth), "region_assignment")
+        assert (other["action"], other["reason"]) == ("loaded", "input and config changed")
+        regions = dict(db.execute("SELECT region_id, count(*) FROM region_assignment GROUP BY 1").fetchall())
+        # The lab's box reaches into Bass Strait, so a few points lie nearer Victoria than Tasmania.
+        assert set(regions) == {"AU-TAS", "AU-VIC"} and regions["AU-TAS"] > 10 * regions["AU-VIC"]
+        assert db.execute(
+            "SELECT DISTINCT region_id, method FROM region_assignment WHERE point_source = 'geocoded'"
+            " AND id IN (SELECT id FROM geocoded_localities WHERE longitude = %s AND latitude = %s)",
+            list(CRADLE_MOUNTAIN),
+        ).fetchall() == [("AU-TAS", "within")]

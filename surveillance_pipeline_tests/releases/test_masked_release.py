@@ -1,0 +1,205 @@
+"""masked_release: donut geomasking from a derived seed, skipped on an equal key, replayed byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import dagster as dg
+import numpy as np
+import pytest
+from pyproj import Geod
+
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
+from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.releases.assets import masked_release
+from surveillance_pipeline.releases.exports import MANIFEST
+from surveillance_pipeline.releases.masking import (
+    DISPLACEMENT,
+    STAGE,
+    MaskingRules,
+    donut_mask,
+    masked_rows,
+)
+from surveillance_pipeline.releases.replay import main as replay_main
+from surveillance_pipeline.releases.replay import replay_masked_release
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, materialize, metadata, resources
+
+RELEASE = [*SPINE, masked_release]
+
+
+@pytest.mark.parametrize(
+    ("partition", "input_key", "stage"),
+    [("sarcophilus-harrisii", "a" * 64, "masked_release"), ("x", "", "other-stage"), ("é", "k", "s")],
+)
+def test_the_seed_is_the_first_8_bytes_of_sha256_of_logical_run_and_stage(partition, input_key, stage):
+    logical = logical_run_id(partition, input_key)
+    assert logical == f"{partition}/{input_key}"
+    digest = hashlib.sha256(f"{logical}|{stage}".encode()).digest()
+    assert derived_seed(logical, stage) == int.from_bytes(digest[:8], "big")
+
+
+def test_seeds_differ_by_stage_and_by_input_and_generators_are_pcg64():
+    logical = logical_run_id(DEVIL, "key-1")
+    assert derived_seed(logical, "masked_release") != derived_seed(logical, "other")
+    assert derived_seed(logical, "masked_release") != derived_seed(
+        logical_run_id(DEVIL, "key-2"), "masked_release"
+    )
+    generator = stage_generator(12345)
+    assert isinstance(generator.bit_generator, np.random.PCG64)
+    assert generator.random(3).tolist() == np.random.Generator(np.random.PCG64(12345)).random(3).tolist()
+
+
+# EPSG:3577 held the donut only near Australia: in Texas points moved 95 m to 1,749 m. Geodesic distance is
+# the yardstick here, so the test holds the masking to the distance a reader of the release would measure.
+REGIONS = {
+    "tasmania": (147.0, -42.0),
+    "texas": (-97.0, 31.0),
+    "equator": (-60.0, 0.2),
+    "high_latitude": (25.0, 70.0),
+    "antimeridian": (179.9995, -17.8),
+}
+WGS84 = Geod(ellps="WGS84")
+# 6-decimal rounding of degrees moves a point by at most about 0.08 m.
+ROUNDING_M = 0.2
+
+
+@pytest.mark.parametrize("region", sorted(REGIONS))
+@pytest.mark.parametrize(("min_m", "max_m"), [(100.0, 1000.0), (0.0, 50.0), (2000.0, 5000.0)])
+def test_every_point_moves_between_min_and_max_geodesic_metres_anywhere(region, min_m, max_m):
+    centre_lon, centre_lat = REGIONS[region]
+    scatter = np.random.Generator(np.random.PCG64(1))
+    lon = centre_lon + scatter.uniform(-0.0004, 0.0004, 500)
+    lat = centre_lat + scatter.uniform(-0.5, 0.5, 500)
+    masked_lon, masked_lat = donut_mask(lon, lat, MaskingRules(min_m=min_m, max_m=max_m), seed=7)
+    _, _, distances = WGS84.inv(lon, lat, masked_lon, masked_lat)
+    distances = np.asarray(distances)
+    assert distances.min() >= min_m - ROUNDING_M, (region, distances.min())
+    assert distances.max() <= max_m + ROUNDING_M, (region, distances.max())
+    assert np.isfinite(masked_lon).all() and (np.abs(masked_lon) <= 180).all()
+
+
+def test_the_same_seed_gives_the_same_points_and_missing_coordinates_stay_missing():
+    lon = np.array([147.3, -97.1, np.nan, -60.0, 25.0, 146.8])
+    lat = np.array([-42.9, 31.2, np.nan, 0.1, 70.0, np.nan])
+    rules = MaskingRules()
+    masked_lon, masked_lat = donut_mask(lon, lat, rules, seed=7)
+    assert np.isnan(masked_lon[[2, 5]]).all() and np.isnan(masked_lat[[2, 5]]).all()
+    assert np.isfinite(masked_lon[[0, 1, 3, 4]]).all()
+    again = donut_mask(lon.copy(), lat.copy(), rules, seed=7)
+    assert np.array_equal(again[0], masked_lon, equal_nan=True)
+    assert np.array_equal(again[1], masked_lat, equal_nan=True)
+    assert np.array_equal(lon, [147.3, -97.1, np.nan, -60.0, 25.0, 146.8], equal_nan=True), "input untouched"
+    other = donut_mask(lon, lat, rules, seed=8)
+    assert not np.array_equal(other[0], masked_lon, equal_nan=True)
+
+
+def test_no_projection_enters_the_job_key_config():
+    # Distances are geodesic, so a CRS would key releases apart that hold the same points.
+    assert MaskingRules().as_config() == {"min_m": 100.0, "max_m": 1000.0}
+
+
+def test_masked_rows_do_not_depend_on_the_order_rows_arrive_in():
+    rows = [(i, "s", 2000, 147.0 + i / 1000, -42.0 - i / 1000, "CC0 1.0") for i in range(1, 200)]
+    shuffled = rows[:]
+    random.Random(3).shuffle(shuffled)
+    rules = MaskingRules()
+    assert masked_rows(shuffled, rules, 99) == masked_rows(rows, rules, 99)
+
+
+@pytest.mark.parametrize(("min_m", "max_m"), [(1000, 100), (-1, 10), (5, 5)])
+def test_a_donut_without_a_hole_smaller_than_its_rim_is_refused(min_m, max_m):
+    with pytest.raises(ValueError, match="min_m < max_m"):
+        MaskingRules(min_m=min_m, max_m=max_m).as_config()
+
+
+def _folder_hashes(folder):
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir())}
+
+
+def _release_provenance(db, action):
+    return db.execute(
+        "SELECT id, detail FROM provenance WHERE asset = %s AND partition_key = %s AND action = %s "
+        "ORDER BY id DESC LIMIT 1",
+        [STAGE, DEVIL, action],
+    ).fetchone()
+
+
+def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for_byte(
+    db, database_url, postgres_instance, data_dir, tmp_path, monkeypatch
+):
+    first = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
+    folder = data_dir / "masked_release" / DEVIL
+    assert first["action"] == "loaded"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([f"{DEVIL}.csv", f"{DEVIL}.parquet", MANIFEST])
+    before = _folder_hashes(folder)
+    inode = (folder / f"{DEVIL}.csv").stat().st_ino
+    manifest = json.loads((folder / MANIFEST).read_bytes())
+    provenance_id, detail = _release_provenance(db, "loaded")
+    occurrences_key = db.execute(
+        "SELECT job_key FROM target_state WHERE target = 'occurrences' AND partition_key = %s", [DEVIL]
+    ).fetchone()[0]
+    expected_seed = derived_seed(logical_run_id(DEVIL, occurrences_key), STAGE)
+    assert detail["seed"] == expected_seed == int(first["seed"]) == manifest["masking"]["seed"]
+    assert detail["manifest_sha256"] == first["manifest_sha256"] == sha256_file(folder / MANIFEST)
+    # No crs: the donut is geodesic (MASKING_VERSION 2), so no projection shapes the rows.
+    assert manifest["job_key_parts"]["config"] == {"min_m": 100.0, "max_m": 1000.0}
+    assert manifest["masking"]["displacement"] == DISPLACEMENT
+
+    # A staging folder a killed run left: deleted at the next start, even by a run that skips.
+    stale = folder.with_name(f"{DEVIL}.staging")
+    stale.mkdir()
+    (stale / f"{DEVIL}.csv").write_text("id\n1\n")
+    second = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
+    assert (second["action"], second["reason"]) == ("skipped", "nothing changed")
+    assert not stale.exists()
+    assert _folder_hashes(folder) == before
+    assert (folder / f"{DEVIL}.csv").stat().st_ino == inode, "an equal key rewrites no file"
+
+    # Replay from the provenance row (the skipped row names the same release).
+    replay = replay_masked_release(db, provenance_id, tmp_path / "scratch")
+    assert replay.equal and replay.seed == expected_seed
+    assert _folder_hashes(tmp_path / "scratch") == before
+    skipped_id, _ = _release_provenance(db, "skipped")
+    monkeypatch.setenv("SURVEILLANCE_DATABASE_URL", database_url)
+    assert replay_main(["--provenance-id", str(skipped_id), "--into", str(tmp_path / "cli")]) == 0
+
+    defs = assemble(resources(database_url, data_dir))
+    job = defs.resolve_job_def("replay_masked_release")
+    run_config = {"ops": {"replay_masked_release_op": {"config": {"provenance_id": provenance_id}}}}
+    result = job.execute_in_process(run_config=run_config, instance=postgres_instance)
+    assert result.success
+    assert result.output_for_node("replay_masked_release_op") == detail["manifest_sha256"]
+
+    # A recorded sha256 the release does not reproduce fails the command and the job.
+    db.execute(
+        "UPDATE provenance SET detail = jsonb_set(detail, '{manifest_sha256}', '\"0\"') WHERE id = %s",
+        [provenance_id],
+    )
+    assert replay_main(["--provenance-id", str(provenance_id), "--into", str(tmp_path / "bad")]) == 1
+    failed = job.execute_in_process(run_config=run_config, instance=postgres_instance, raise_on_error=False)
+    assert not failed.success
+    assert replay_main(["--provenance-id", "999999"]) == 2
+
+
+def test_a_config_change_reloads_the_release_with_other_points(db, database_url, postgres_instance, data_dir):
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    before = (folder / f"{DEVIL}.csv").read_text()
+    result = dg.materialize(
+        RELEASE,
+        instance=postgres_instance,
+        partition_key=DEVIL,
+        resources=resources(database_url, data_dir),
+        run_config={"ops": {STAGE: {"config": {"min_m": 2000.0, "max_m": 5000.0}}}},
+    )
+    changed = metadata(result, STAGE)
+    assert (changed["action"], changed["reason"]) == ("loaded", "config changed")
+    after = (folder / f"{DEVIL}.csv").read_text()
+    assert after != before
+    # Same seed (same input), other donut: the ids and row count stay.
+    assert [line.split(",")[0] for line in after.splitlines()] == [
+        line.split(",")[0] for line in before.splitlines()
+    ]
