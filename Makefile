@@ -63,7 +63,7 @@ replay: provision ## Regenerate a masked release from provenance row ID (make re
 
 faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~5–8 min)
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline_tests.faults $(FAULTS_ARGS)
+	@$(WITH_ENV) $(BIN)/python -m faults $(FAULTS_ARGS)
 
 ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster

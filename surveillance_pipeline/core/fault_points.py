@@ -3,7 +3,7 @@
 A process crash is only worth testing where it can hurt: after a partition's rows were deleted, in the
 middle of COPY, just before COMMIT. The loaders name those moments here. Unless ``SURVEILLANCE_FAULT_POINT``
 names the point reached, ``fault_point`` is one dictionary lookup; when it does, the handler the fault
-suite ships (``surveillance_pipeline_tests/faults/points.py``) decides what happens.
+suite ships (``surveillance_pipeline_tests/support/faults/points.py``) decides what happens.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ MID_COPY = "mid_copy"
 BEFORE_COMMIT = "before_commit"
 FAULT_POINTS = (AFTER_DELETE, MID_COPY, BEFORE_COMMIT)
 # A fixed module, never a name from the environment: the variable only arms a point.
-FAULT_HANDLER = "surveillance_pipeline_tests.faults.points"
+FAULT_HANDLER = "surveillance_pipeline_tests.support.faults.points"
 
 
 def fault_point(name: str, conn: Any = None) -> None:

@@ -37,7 +37,9 @@ from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
 from surveillance_pipeline.orchestration.run_health import RunProcess
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.faults.points import (
+from surveillance_pipeline_tests.support.celery_workers import workers_running
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.support.faults.points import (
     BEFORE_COMMIT,
     BLOCK,
     FAULT_ACTION_VARIABLE,
@@ -45,8 +47,6 @@ from surveillance_pipeline_tests.faults.points import (
     FAULT_POINT_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
 )
-from surveillance_pipeline_tests.support.celery_workers import workers_running
-from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
 from surveillance_pipeline_tests.support.pipeline import file_hashes, rows_md5
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 

@@ -37,7 +37,7 @@ from surveillance_pipeline.orchestration.resources import DataPaths
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.assets import newest_devil_delivery
 from surveillance_pipeline.snapshots.deliveries import read_delivery
-from surveillance_pipeline_tests.faults.harness import OCCURRENCES_MD5, SPECIES, prepare_snapshots
+from surveillance_pipeline_tests.support.faults.harness import OCCURRENCES_MD5, SPECIES, prepare_snapshots
 from surveillance_pipeline_tests.support.pipeline import DEVIL
 
 pytestmark = pytest.mark.db

@@ -34,8 +34,8 @@ from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount
 from surveillance_pipeline.releases.assets import register_derived_dataset, sample_export
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline_tests.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.paths import PROJECT_ROOT as PROJECT
 from surveillance_pipeline_tests.support.pipeline import DEVIL, SAMPLED
 

@@ -1,6 +1,6 @@
 """``make faults``: run the fault trials and print the table (fault, trials, intact, consistent, converged).
 
-    python -m surveillance_pipeline_tests.faults [--kills 20] [--restarts 10] [--terminates 6]
+    python -m faults [--kills 20] [--restarts 10] [--terminates 6]
                                                 [--concurrency 2,3,4] [--dagster-kills 3]
                                                 [--daemon-kills 2] [--warehouses 1]
 
@@ -23,14 +23,14 @@ from pathlib import Path
 
 from surveillance_pipeline.core.fault_points import FAULT_POINTS
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.faults.cluster import PrivateCluster
-from surveillance_pipeline_tests.faults.dagster_runs import (
+from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
+from surveillance_pipeline_tests.support.faults.dagster_runs import (
     killed_cli_run_trial,
     killed_daemon_run_trial,
     two_warehouses_trial,
     waiting_run_stopped_trial,
 )
-from surveillance_pipeline_tests.faults.harness import (
+from surveillance_pipeline_tests.support.faults.harness import (
     TARGETS,
     Bench,
     Tally,

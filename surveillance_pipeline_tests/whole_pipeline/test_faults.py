@@ -7,13 +7,13 @@ holds A exactly, that its state row describes A, and that the next run loads B (
 import pytest
 
 from surveillance_pipeline.core.fault_points import fault_point
-from surveillance_pipeline_tests.faults import points as faults
-from surveillance_pipeline_tests.faults.dagster_runs import (
+from surveillance_pipeline_tests.support.faults import points as faults
+from surveillance_pipeline_tests.support.faults.dagster_runs import (
     killed_cli_run_trial,
     two_warehouses_trial,
     waiting_run_stopped_trial,
 )
-from surveillance_pipeline_tests.faults.harness import (
+from surveillance_pipeline_tests.support.faults.harness import (
     Bench,
     Tally,
     concurrent_trial,

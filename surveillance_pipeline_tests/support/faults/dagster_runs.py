@@ -24,9 +24,14 @@ from pathlib import Path
 import dagster as dg
 
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.dagster_dev import DAGSTER, PROJECT_ROOT, DagsterDev, project_dagster_home
-from surveillance_pipeline_tests.faults.harness import Bench, Tally, fingerprint, state_describes
-from surveillance_pipeline_tests.faults.points import (
+from surveillance_pipeline_tests.support.dagster_dev import (
+    DAGSTER,
+    PROJECT_ROOT,
+    DagsterDev,
+    project_dagster_home,
+)
+from surveillance_pipeline_tests.support.faults.harness import Bench, Tally, fingerprint, state_describes
+from surveillance_pipeline_tests.support.faults.points import (
     BEFORE_COMMIT,
     FAULT_ACTION_VARIABLE,
     FAULT_ONCE_VARIABLE,
@@ -34,7 +39,7 @@ from surveillance_pipeline_tests.faults.points import (
     FAULT_SIGNAL_VARIABLE,
     KILL,
 )
-from surveillance_pipeline_tests.faults.worker import DEVIL
+from surveillance_pipeline_tests.support.faults.worker import DEVIL
 
 TARGET = "devil_snapshot"
 POOL = "devil_snapshot"
@@ -241,7 +246,7 @@ def two_warehouses_trial(bench: Bench, tally: Tally, server_url: str, number: in
     asks for nothing, its rows and its instance's runs stay as they were."""
     from surveillance_pipeline.definitions import assemble
     from surveillance_pipeline.snapshots.sensors import deliveries_sensor
-    from surveillance_pipeline_tests.pipeline import resources
+    from surveillance_pipeline_tests.support.pipeline import resources
 
     with (
         scratch_database(server_url, f"faults_warehouse1_{number}") as warehouse1,

@@ -1,6 +1,7 @@
 """One loader process for the fault suite: a plain ``dagster.materialize()`` of one target.
 
-    SURVEILLANCE_DATABASE_URL=... python -m surveillance_pipeline_tests.faults.worker occurrences DATA_DIR
+    SURVEILLANCE_DATABASE_URL=... \
+        python -m surveillance_pipeline_tests.support.faults.worker occurrences DATA_DIR
 
 The database URL comes from the environment (never argv, which ``ps`` shows). With ``--start-file`` the
 worker imports everything first and then waits for that file, so several workers start their loads at

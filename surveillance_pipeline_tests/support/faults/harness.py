@@ -45,14 +45,14 @@ from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.derive import derive_occurrences
 from surveillance_pipeline.snapshots import devil
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
-from surveillance_pipeline_tests.faults.points import (
+from surveillance_pipeline_tests.support.faults.points import (
     BLOCK,
     FAULT_ACTION_VARIABLE,
     FAULT_POINT_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
     KILL,
 )
-from surveillance_pipeline_tests.faults.worker import DEVIL, FAILED, materialize_target
+from surveillance_pipeline_tests.support.faults.worker import DEVIL, FAILED, materialize_target
 
 SPECIES = species_by_slug(DEVIL)
 TARGETS = ("occurrences", "devil_snapshot")
@@ -256,7 +256,7 @@ class Bench:
                     FAULT_SIGNAL_VARIABLE: str(signal_file),
                 }
             )
-        command = [sys.executable, "-m", "surveillance_pipeline_tests.faults.worker", target]
+        command = [sys.executable, "-m", "surveillance_pipeline_tests.support.faults.worker", target]
         command.append(str(self.snapshots.b))
         if start_file is not None:
             command += ["--start-file", str(start_file)]
