@@ -98,13 +98,24 @@ def devil_row(gbif_id: int, year: int | str = 2001, latitude: str = "-42.5", sta
     )
 
 
+# Every member's time in the zip: the same rows make the same bytes, whenever the test writes them (the
+# clock's time differed between two zips written in different two-second windows, and so did their bytes).
+MEMBER_TIME = (2026, 11, 30, 12, 0, 0)
+
+
+def _member(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=MEMBER_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
 def write_download(path: Path, rows, metadata: str | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("meta.xml", meta_xml(TERMS))
+        archive.writestr(_member("meta.xml"), meta_xml(TERMS))
         if metadata is not None:
-            archive.writestr("metadata.xml", metadata)
-        with archive.open("occurrence.txt", "w", force_zip64=True) as member:
+            archive.writestr(_member("metadata.xml"), metadata)
+        with archive.open(_member("occurrence.txt"), "w", force_zip64=True) as member:
             member.write(("\t".join(TERMS) + "\n").encode())
             for row in rows:
                 member.write(row.encode())
