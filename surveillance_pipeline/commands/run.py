@@ -12,12 +12,13 @@ last line printed: that is the line a user reads.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import subprocess  # noqa: S404  # this module's own runs, side by side
 import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
@@ -67,6 +68,9 @@ ASSET_ORDER = (
     "occurrence_sample_summary",
     "devil_snapshot",
 )
+# make run's own argument for a child that executes one run (_in_processes), and the line it prints.
+ONE_RUN = "--one-run"
+RUN_ID_LINE = "run id: "
 # Errors whose text was written for the user (it names the file, line and field): shown without a class.
 USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__})
 
@@ -130,15 +134,18 @@ def run_all_partitions(
             steps_elsewhere=is_distributed(),
         )
 
-    # Consecutive runs of one job (the species runs under the distributed profile) go side by side: each
-    # run's process only hands its steps to the workers and waits for them.
+    # Consecutive runs of one job (the species runs under the distributed profile) go side by side, each
+    # in a process of its own (as the daemon launches a backfill's runs): a run's process only hands its
+    # steps to the workers and waits for them. (Side by side in threads of one process, make run under the
+    # profile did not finish in test_distributed's 900 s: Dagster's run execution and dagster-celery's
+    # result polling are written for a run's own process, as the daemon gives each run.)
     for job_name, group in itertools.groupby(run_plan(instance, root), key=lambda entry: entry[0]):
         batch = [tags for _, tags in group]
         if len(batch) == 1:
             done = [execute(job_name, batch[0])]
         else:
-            with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix=job_name) as pool:
-                done = list(pool.map(lambda tags, name=job_name: execute(name, tags), batch))
+            found = [instance.get_run_by_id(run_id) for run_id in _in_processes(job_name, batch)]
+            done = [run for run in found if run is not None]
         runs += done
         if any(
             run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run)
@@ -146,6 +153,47 @@ def run_all_partitions(
         ):
             break
     return runs
+
+
+def _in_processes(job_name: str, batch: list[dict[str, str]]) -> list[str]:
+    """Each of ``batch`` (a run's tags) as a run of ``job_name`` in a process of its own, side by side; the
+    runs' ids."""
+    children = [
+        subprocess.Popen(  # noqa: S603  # this module, fixed arguments, no shell
+            [sys.executable, "-m", "surveillance_pipeline.commands.run", ONE_RUN, job_name, json.dumps(tags)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for tags in batch
+    ]
+    run_ids = []
+    for child in children:
+        output, _ = child.communicate()
+        lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
+        if child.returncode != 0 or not lines:
+            raise RuntimeError(
+                f"make run: the {job_name} run in process {child.pid} ended with {child.returncode}"
+            )
+        run_ids.append(lines[-1].removeprefix(RUN_ID_LINE))
+    return run_ids
+
+
+def _one_run(job_name: str, tags_json: str) -> int:
+    """A child of ``_in_processes``: one run of ``job_name`` with the given tags; prints its id."""
+    with dg.DagsterInstance.get() as instance:
+        job = defs.resolve_job_def(job_name)
+        run = execute_in_code_location(
+            instance,
+            job,
+            workspace_file=WORKSPACE_FILE,
+            module_name="surveillance_pipeline.definitions",
+            attribute="defs",
+            run_config=quiet_run_config(job_op_names(job)),
+            tags=json.loads(tags_json),
+            steps_elsewhere=is_distributed(),
+        )
+    print(f"{RUN_ID_LINE}{run.run_id}", flush=True)
+    return 0
 
 
 def _only_partitions_failed(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
@@ -320,4 +368,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == ONE_RUN:
+        raise SystemExit(_one_run(sys.argv[2], sys.argv[3]))
     raise SystemExit(main())
