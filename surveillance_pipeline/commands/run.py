@@ -39,7 +39,11 @@ from surveillance_pipeline.orchestration.dagster_internals import (
     execute_in_code_location,
     job_op_names,
 )
-from surveillance_pipeline.orchestration.distributed import is_distributed, partition_ranges
+from surveillance_pipeline.orchestration.distributed import (
+    is_distributed,
+    partition_ranges,
+    partition_writers,
+)
 from surveillance_pipeline.orchestration.jobs import (
     BATCH_DAYS_JOB,
     OBSERVE_SOURCES_JOB,
@@ -156,26 +160,28 @@ def run_all_partitions(
 
 
 def _in_processes(job_name: str, batch: list[dict[str, str]]) -> list[str]:
-    """Each of ``batch`` (a run's tags) as a run of ``job_name`` in a process of its own, side by side; the
-    runs' ids."""
-    children = [
-        subprocess.Popen(  # noqa: S603  # this module, fixed arguments, no shell
-            [sys.executable, "-m", "surveillance_pipeline.commands.run", ONE_RUN, job_name, json.dumps(tags)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for tags in batch
-    ]
-    run_ids = []
-    for child in children:
+    """Each of ``batch`` (a run's tags) as a run of ``job_name`` in a process of its own, at most
+    ``partition_writers()`` at once (one per worker the pools admit: more runs would only wait for a slot,
+    each holding its own connections to both databases); the runs' ids, in ``batch``'s order."""
+    waiting = list(enumerate(batch))
+    running: list[tuple[int, subprocess.Popen[str]]] = []
+    run_ids: dict[int, str] = {}
+    while waiting or running:
+        while waiting and len(running) < partition_writers():
+            index, tags = waiting.pop(0)
+            command = [sys.executable, "-m", "surveillance_pipeline.commands.run", ONE_RUN, job_name]
+            # This module, fixed arguments, no shell.
+            child = subprocess.Popen([*command, json.dumps(tags)], stdout=subprocess.PIPE, text=True)  # noqa: S603
+            running.append((index, child))
+        index, child = running.pop(0)
         output, _ = child.communicate()
         lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
         if child.returncode != 0 or not lines:
             raise RuntimeError(
                 f"make run: the {job_name} run in process {child.pid} ended with {child.returncode}"
             )
-        run_ids.append(lines[-1].removeprefix(RUN_ID_LINE))
-    return run_ids
+        run_ids[index] = lines[-1].removeprefix(RUN_ID_LINE)
+    return [run_ids[index] for index in sorted(run_ids)]
 
 
 def _one_run(job_name: str, tags_json: str) -> int:
