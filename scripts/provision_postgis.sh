@@ -131,6 +131,17 @@ fi
 password=$(cat "$password_file")
 
 as_postgres() { (cd / && runuser -u postgres -- psql -q -X -v ON_ERROR_STOP=1 -p "$port" "$@"); }
+
+# Every process that loads the code location holds a few connections to both databases (the UI, the
+# daemon and its code server, each run's process, each Celery worker), and the test suite runs the UI
+# session and the distributed session side by side: PostgreSQL's default of 100 was reached (102 seen).
+wanted_connections=200
+current_connections=$(as_postgres -At -c "SHOW max_connections")
+if [ "$current_connections" -lt "$wanted_connections" ]; then
+  say "raising max_connections of PostgreSQL $major/main from $current_connections to $wanted_connections (restart)"
+  pg_conftool "$major" main set max_connections "$wanted_connections"
+  pg_ctlcluster "$major" main restart
+fi
 # The password travels as a psql variable (:'password' quotes it), never pasted into SQL text.
 as_postgres -v password="$password" <<'SQL'
 SELECT format('CREATE ROLE surveillance LOGIN CREATEDB PASSWORD %L', :'password')
