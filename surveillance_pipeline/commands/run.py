@@ -125,19 +125,6 @@ def run_all_partitions(
     ensure_pool_limits(instance, definitions)
     runs: list[dg.DagsterRun] = []
 
-    def execute(job_name: str, tags: dict[str, str]) -> dg.DagsterRun:
-        job = definitions.resolve_job_def(job_name)
-        return execute_in_code_location(
-            instance,
-            job,
-            workspace_file=WORKSPACE_FILE,
-            module_name="surveillance_pipeline.definitions",
-            attribute="defs",
-            run_config=quiet_run_config(job_op_names(job)),
-            tags=tags,
-            steps_elsewhere=is_distributed(),
-        )
-
     # Consecutive runs of one job (the species runs under the distributed profile) go side by side, each
     # in a process of its own (as the daemon launches a backfill's runs): a run's process only hands its
     # steps to the workers and waits for them. (Side by side in threads of one process, make run under the
@@ -146,7 +133,7 @@ def run_all_partitions(
     for job_name, group in itertools.groupby(run_plan(instance, root), key=lambda entry: entry[0]):
         batch = [tags for _, tags in group]
         if len(batch) == 1:
-            done = [execute(job_name, batch[0])]
+            done = [execute_job(instance, definitions, job_name, batch[0])]
         else:
             found = [instance.get_run_by_id(run_id) for run_id in _in_processes(job_name, batch)]
             done = [run for run in found if run is not None]
@@ -157,6 +144,24 @@ def run_all_partitions(
         ):
             break
     return runs
+
+
+def execute_job(
+    instance: dg.DagsterInstance, definitions: dg.Definitions, job_name: str, tags: dict[str, str]
+) -> dg.DagsterRun:
+    """One run of the code location's job ``job_name``, executed here (its steps on the workers under the
+    distributed profile), with the checked-in run config."""
+    job = definitions.resolve_job_def(job_name)
+    return execute_in_code_location(
+        instance,
+        job,
+        workspace_file=WORKSPACE_FILE,
+        module_name="surveillance_pipeline.definitions",
+        attribute="defs",
+        run_config=quiet_run_config(job_op_names(job)),
+        tags=tags,
+        steps_elsewhere=is_distributed(),
+    )
 
 
 def _in_processes(job_name: str, batch: list[dict[str, str]]) -> list[str]:
@@ -187,17 +192,7 @@ def _in_processes(job_name: str, batch: list[dict[str, str]]) -> list[str]:
 def _one_run(job_name: str, tags_json: str) -> int:
     """A child of ``_in_processes``: one run of ``job_name`` with the given tags; prints its id."""
     with dg.DagsterInstance.get() as instance:
-        job = defs.resolve_job_def(job_name)
-        run = execute_in_code_location(
-            instance,
-            job,
-            workspace_file=WORKSPACE_FILE,
-            module_name="surveillance_pipeline.definitions",
-            attribute="defs",
-            run_config=quiet_run_config(job_op_names(job)),
-            tags=json.loads(tags_json),
-            steps_elsewhere=is_distributed(),
-        )
+        run = execute_job(instance, defs, job_name, json.loads(tags_json))
     print(f"{RUN_ID_LINE}{run.run_id}", flush=True)
     return 0
 
