@@ -6,7 +6,8 @@ the partitions that do not hold their snapshot, with the rows and digests expect
 are not partitioned: one result per asset lists every partition, so the asset's page answers "which
 partitions?" without opening any. The ``verify_targets`` job runs them all; a daily schedule runs the job.
 
-A verification only reads (a read-only snapshot; no migration, no lock that a load waits on). What it finds
+A verification only reads (a read-only snapshot, no migration; a load that swaps a partition in waits for
+the scan of its table to end, as for any reader). What it finds
 is repaired by a run: the partitions the watch noted reload on the next ``make run``; what only the
 fingerprints show (the watch was off while they changed) reloads in a run that compares fingerprints at
 every skip, ``make repair`` (``SURVEILLANCE_VERIFY_TARGETS=1``).
