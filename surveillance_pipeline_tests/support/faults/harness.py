@@ -392,19 +392,19 @@ def _wait_for_pool_queue(bench: Bench, target: str, count: int, dagster_home: Pa
     """Empty once the held run (process ``held_pid``) is the pool's only holder, ``count`` other steps are
     queued for the pool and none waits at the partition's lock; else what was seen last."""
     import dagster as dg  # only this trial needs an instance here
-    from surveillance_pipeline.run_health import PID_TAG
+
+    from surveillance_pipeline.orchestration.run_health import RunProcess
 
     seen = "nothing seen"
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance, bench.connect() as conn:
         deadline = time.monotonic() + WAIT_SECONDS
         while time.monotonic() < deadline:
+            # The held run: the one whose process tag names the process held at the fault point.
             held = {
                 run.run_id
-                for run in instance.get_runs(
-                    filters=dg.RunsFilter(
-                        tags={PID_TAG: str(held_pid)}, statuses=[dg.DagsterRunStatus.STARTED]
-                    )
-                )
+                for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+                if (process := RunProcess.from_tags(run.tags, run.run_id)) is not None
+                and process.pid == held_pid
             }
             info = instance.event_log_storage.get_concurrency_info(target)
             holders = [slot.run_id for slot in info.claimed_slots]
