@@ -54,24 +54,14 @@ from surveillance_pipeline.orchestration.partitions import add_batch_days
 from surveillance_pipeline.orchestration.pools import ensure_pool_limits
 from surveillance_pipeline.orchestration.reporting import failed_partitions, partition_range_tags
 from surveillance_pipeline.orchestration.run_config import quiet_run_config
+from surveillance_pipeline.planning.plan import ORDER as PLAN_ORDER
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 
 WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"
 LAB_DELIVERY_A_DATE = "2026-11-02"
-ASSET_ORDER = (
-    "gbif_raw",
-    "gbif_derived",
-    "occurrences",
-    "occurrence_sample",
-    "masked_release",
-    "geocoded_localities",
-    "regions",
-    "region_assignment",
-    "occurrence_batches",
-    "occurrence_sample_summary",
-    "devil_snapshot",
-)
+# The summary lists the assets in the order the plan does (the graph's, upstream first).
+ASSET_ORDER = PLAN_ORDER
 # make run's own argument for a child that executes one run (_in_processes), and the line it prints.
 ONE_RUN = "--one-run"
 RUN_ID_LINE = "run id: "
