@@ -85,7 +85,7 @@ def live_resources() -> dict[str, Any]:
         # EnvVar is read at run time and shown masked in the UI: the password never sits in the definitions.
         "warehouse": Warehouse(
             database_url=dg.EnvVar(DATABASE_URL_VARIABLE),
-            verify_targets=os.environ.get(VERIFY_TARGETS_VARIABLE, "") == "1",
+            verify_targets=settings[VERIFY_TARGETS_VARIABLE] == "1",
         ),
         "paths": DataPaths(root=settings[DATA_DIR_VARIABLE], region_layer=str(lab_layer_path())),
         # Read only by the runs that publish; a missing variable fails such a run before its first step.

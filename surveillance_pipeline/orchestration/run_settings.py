@@ -8,6 +8,9 @@ run tag ``surveillance/settings`` (distributed.py, before it sends any step), an
 worker compares its own resolution with the run's and refuses to run when one differs (resources.py),
 naming the setting and both values. Secrets are recorded as a short digest, never as such.
 
+Also here, though it shapes no row: SURVEILLANCE_VERIFY_TARGETS (make repair), which decides whether a
+skip compares a partition's fingerprint, and so whether a repair run repairs.
+
 Not here, because they do not change what a run writes: GEOCODER_REQUESTS_PER_SECOND (the pace of the
 calls), GBIF_PASSWORD (the account is named by GBIF_USER), the profile, REDIS_URL and the partitions and
 writers per run (where and how many steps run), DAGSTER_EVENT_BATCH_SIZE (how events are stored), the
@@ -35,6 +38,7 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_URL_VARIABLE,
     GEOCODER_VARIABLE,
     SPECIES_FILE_VARIABLE,
+    VERIFY_TARGETS_VARIABLE,
     data_dir,
 )
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
@@ -88,6 +92,9 @@ def resolve() -> dict[str, str]:
         GEOCODER_VARIABLE: _variable(GEOCODER_VARIABLE, LAB_GEOCODER),
         GEOCODER_URL_VARIABLE: _variable(GEOCODER_URL_VARIABLE, DEFAULT_GEOCODER_URL),
         GEOCODER_LEDGER_SALT_VARIABLE: _digest(salt) if salt else UNSET,
+        # Not row-shaping, but what a repair run does: a worker that would not compare fingerprints at a
+        # skip (make repair) would leave a partition the run is meant to repair as it is.
+        VERIFY_TARGETS_VARIABLE: "1" if os.environ.get(VERIFY_TARGETS_VARIABLE, "") == "1" else "0",
     }
 
 

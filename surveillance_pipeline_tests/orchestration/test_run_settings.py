@@ -50,6 +50,7 @@ def test_every_data_shaping_setting_is_resolved_and_secrets_are_not_recorded(mon
         "GEOCODER",
         "GEOCODER_URL",
         "GEOCODER_LEDGER_SALT",
+        "SURVEILLANCE_VERIFY_TARGETS",
     }
     assert resolved["GBIF_SOURCE"] == "download"
     assert resolved["SURVEILLANCE_DATABASE_URL"] == "someone@db.example:5433/warehouse"
