@@ -16,6 +16,7 @@ re-derived file comes out different, and what the geocoder answers for localitie
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +134,7 @@ class Plan:
         return lines
 
 
-def _after(upstream: list[tuple[str, Step]]) -> Step | None:
+def _after(upstream: Sequence[tuple[str, Step]]) -> Step | None:
     """The step an upstream change forces: a new key upstream loads this one (its input changed); an
     unknown one may."""
     for name, step in upstream:
@@ -171,13 +172,13 @@ class Planner:
         partition: str,
         partition_ref: str,
         parts: JobKeyParts | None,
-        upstream: list[tuple[str, Step]] = (),  # type: ignore[assignment]
+        upstream: Sequence[tuple[str, Step]] = (),
     ) -> Step:
         """A table target's step: after an upstream's new key, else by its own key, then by its rows."""
         held = self.held(target.name, partition)
         if held is None:
             return Step(LOAD, "first load", True)
-        forced = _after(list(upstream))
+        forced = _after(upstream)
         if forced is not None:
             return forced
         if parts is None:
