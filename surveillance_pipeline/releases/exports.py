@@ -13,9 +13,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from shapely.geometry import Point
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import replace_partition_folder, write_file_durably
@@ -60,6 +64,260 @@ def geoparquet_export(name: str, columns: Sequence[str], rows: Sequence[Sequence
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False, compression=PARQUET_COMPRESSION)
     return ExportFile(name, buffer.getvalue(), len(rows), f"geoparquet: EPSG:4326, {PARQUET_COMPRESSION}")
+
+
+# ``.6f`` of a float whose value times 10**6 lies this close to a half is formatted by Python itself: only
+# there could the product's own rounding pick the other neighbour. Masked coordinates, already rounded to
+# 6 decimals, never come near it.
+_HALF_MARGIN = 1e-6
+# Beyond this, value * 10**6 is no longer an exact integer in a double; such values are formatted by Python.
+_EXACT_MICROS = 2.0**52
+
+
+def csv_export_columns(name: str, table: pa.Table) -> ExportFile:
+    """``csv_export`` of a whole table, formatted column by column (Arrow kernels, no Python per row).
+
+    The same bytes as ``csv_export`` of the table's rows: integers as ``str``, floats with 6 decimals (NaN
+    or null as an empty field), text through ``_csv_field``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fields = [_csv_column(table.column(index).combine_chunks()) for index in range(table.num_columns)]
+    if table.num_rows == 0:
+        body = b""
+    else:
+        lines = pc.binary_join_element_wise(*fields, pa.scalar(",", pa.large_string()))
+        lines = pc.binary_join_element_wise(
+            lines, pa.scalar("\n", pa.large_string()), pa.scalar("", pa.large_string())
+        )
+        body = _string_values(lines)
+    header = (",".join(table.column_names) + "\n").encode("utf-8")
+    return ExportFile(name, header + body, table.num_rows, CSV_FORMAT)
+
+
+def _string_values(array: pa.Array) -> bytes:
+    """The concatenated values of a (large) string array without nulls: its data buffer, sliced."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+    return array.buffers()[2].to_pybytes()[int(offsets[0]) : int(offsets[-1])]
+
+
+def _csv_column(column: pa.Array) -> pa.Array:
+    """One column as the large strings ``_csv_field`` would write, nulls as empty fields."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_floating(kind):
+        return _fixed6(column.to_numpy(zero_copy_only=False).astype(float))
+    if pa.types.is_integer(kind):
+        return pc.fill_null(pc.cast(column, pa.large_string()), "")
+    if pa.types.is_null(kind):
+        return pa.array([""] * len(column), type=pa.large_string())
+    # Text: few distinct values per column (a slug, a handful of licenses), so each is quoted once.
+    encoded = pc.dictionary_encode(pc.cast(column, pa.large_string()))
+    quoted = pa.array([_csv_field(v) for v in encoded.dictionary.to_pylist()], type=pa.large_string())
+    return pc.fill_null(pc.take(quoted, encoded.indices), "")
+
+
+def _fixed6(values: np.ndarray) -> pa.Array:
+    """``f"{v:.6f}"`` of every float, empty for NaN: integer millionths, split and joined by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    missing = np.isnan(values)
+    finite = np.where(missing, 0.0, values)
+    scaled = finite * 1e6
+    micros = np.rint(scaled)
+    # Where the product may have rounded across a half, or is too large to be exact, Python decides.
+    doubtful = (np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) < _HALF_MARGIN) | (
+        np.abs(scaled) >= _EXACT_MICROS
+    )
+    doubtful &= ~missing
+    magnitude = np.abs(np.where(doubtful, 0.0, micros)).astype(np.int64)
+    whole = pc.cast(pa.array(magnitude // 1_000_000), pa.large_string())
+    fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % 1_000_000), pa.large_string()), 6, "0")
+    # The sign of the value itself: -0.0000001 rounds to "-0.000000", as Python writes it.
+    sign = pa.array(np.where(np.signbit(finite), "-", ""), type=pa.large_string())
+    point, nothing = pa.scalar(".", pa.large_string()), pa.scalar("", pa.large_string())
+    text = pc.binary_join_element_wise(sign, whole, point, fraction, nothing)
+    if doubtful.any():
+        positions = np.flatnonzero(doubtful)
+        exact = pa.array([f"{float(values[i]):.6f}" for i in positions], type=pa.large_string())
+        mask = pa.array(doubtful)
+        text = pc.replace_with_mask(text, mask, exact)
+    return pc.if_else(pa.array(missing), pa.scalar("", pa.large_string()), text)
+
+
+def geoparquet_export_columns(name: str, table: pa.Table) -> ExportFile:
+    """``geoparquet_export`` of a whole table (points from ``longitude``/``latitude``): the same bytes.
+
+    A table whose every column holds a value and some row a point is written by pyarrow directly, its WKB
+    packed by numpy and its metadata the one geopandas writes (``_direct_geoparquet``); building a shapely
+    Point per row costs more than the rest of the release. Any other table (empty, an all-null column)
+    goes through geopandas, as ``geoparquet_export`` does, with each column of the dtype pandas infers from
+    rows: integers with a null become float64, an all-null column stays object.
+    """
+    longitude = _floats(table.column("longitude"))
+    latitude = _floats(table.column("latitude"))
+    missing = np.isnan(longitude)
+    ordinary = (
+        table.num_rows > 0
+        and not missing.all()
+        and not bool((~missing & np.isnan(latitude)).any())
+        and all(_nulls(table.column(c)) < table.num_rows for c in table.column_names)
+    )
+    data = (
+        _direct_geoparquet(table, longitude, latitude, missing)
+        if ordinary
+        else _geopandas_geoparquet(table, longitude, latitude, missing)
+    )
+    return ExportFile(name, data, table.num_rows, f"geoparquet: EPSG:4326, {PARQUET_COMPRESSION}")
+
+
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    return column.to_numpy().astype(float)
+
+
+def _nulls(column: pa.ChunkedArray) -> int:
+    import pyarrow as pa
+
+    if pa.types.is_floating(column.type):
+        return int(np.isnan(_floats(column)).sum())
+    return int(column.null_count)
+
+
+def _geopandas_geoparquet(
+    table: pa.Table, longitude: np.ndarray, latitude: np.ndarray, missing: np.ndarray
+) -> bytes:
+    import geopandas  # imported here, as in geoparquet_export
+    import pandas as pd
+    import shapely
+
+    frame = pd.DataFrame({c: _pandas_column(table.column(c).combine_chunks()) for c in table.column_names})
+    points = shapely.points(longitude, latitude)
+    # geoparquet_export makes no point for a row without a longitude.
+    points[missing] = None
+    geo = geopandas.GeoDataFrame(frame, geometry=points, crs="EPSG:4326")
+    buffer = io.BytesIO()
+    geo.to_parquet(buffer, index=False, compression=PARQUET_COMPRESSION)
+    return buffer.getvalue()
+
+
+# geopandas' GeoParquet metadata: its schema version, and the CRS as PROJJSON.
+_GEOPARQUET_VERSION = "1.1.0"
+
+
+def _direct_geoparquet(
+    table: pa.Table, longitude: np.ndarray, latitude: np.ndarray, missing: np.ndarray
+) -> bytes:
+    """What ``GeoDataFrame(rows).to_parquet`` writes for a table with a value in every column, by pyarrow.
+
+    The bytes are geopandas' own (a test holds the two writers equal): the columns as pandas would type
+    them, a WKB ``geometry`` column with geoarrow's field metadata, and the ``pandas`` and ``geo`` schema
+    metadata as pyarrow and geopandas write them for this shape of frame.
+    """
+    import json
+    from importlib.metadata import version
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyproj import CRS
+
+    columns: dict[str, pa.Array] = {}
+    described = []
+    for column_name in table.column_names:
+        column = table.column(column_name).combine_chunks()
+        if pa.types.is_integer(column.type) and column.null_count == 0:
+            columns[column_name], kinds = pc.cast(column, pa.int64()), ("int64", "int64")
+        elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            values = column.to_numpy(zero_copy_only=False).astype(float)
+            columns[column_name], kinds = pa.array(values, from_pandas=True), ("float64", "float64")
+        else:
+            columns[column_name], kinds = pc.cast(column, pa.large_string()), ("object", "str")
+        described.append(_pandas_described(column_name, *kinds))
+    # WKB points, little-endian: byte order 1, geometry type 1 (Point), x, y.
+    wkb = np.zeros(len(longitude), dtype=[("order", "u1"), ("kind", "<u4"), ("x", "<f8"), ("y", "<f8")])
+    wkb["order"], wkb["kind"], wkb["x"], wkb["y"] = 1, 1, longitude, latitude
+    packed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(wkb.itemsize), len(wkb), [None, pa.py_buffer(wkb.tobytes())]
+    )
+    columns["geometry"] = pc.if_else(
+        pa.array(missing), pa.scalar(None, pa.binary()), pc.cast(packed, pa.binary())
+    )
+    described.append(_pandas_described("geometry", "empty", "object"))
+
+    crs = CRS.from_epsg(4326).to_json_dict()
+    # geopandas names the datum ensemble's members without their ids in the file's metadata.
+    geo_crs = json.loads(json.dumps(crs))
+    for member in geo_crs.get("datum_ensemble", {}).get("members", []):
+        member.pop("id", None)
+    present = ~missing
+    bbox = [
+        float(longitude[present].min()),
+        float(latitude[present].min()),
+        float(longitude[present].max()),
+        float(latitude[present].max()),
+    ]
+    pandas_metadata = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": described,
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": version("pandas"),
+    }
+    geo_metadata = {
+        "primary_column": "geometry",
+        "columns": {
+            "geometry": {"encoding": "WKB", "crs": geo_crs, "geometry_types": ["Point"], "bbox": bbox}
+        },
+        "version": _GEOPARQUET_VERSION,
+        "creator": {"library": "geopandas", "version": version("geopandas")},
+    }
+    fields = [pa.field(c, columns[c].type) for c in columns]
+    fields[-1] = fields[-1].with_metadata(
+        {"ARROW:extension:name": "geoarrow.wkb", "ARROW:extension:metadata": json.dumps({"crs": crs})}
+    )
+    schema = pa.schema(
+        fields, metadata={"pandas": json.dumps(pandas_metadata), "geo": json.dumps(geo_metadata)}
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(list(columns.values()), schema=schema), sink, compression=PARQUET_COMPRESSION)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _pandas_described(name: str, pandas_type: str, numpy_type: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "field_name": name,
+        "pandas_type": pandas_type,
+        "numpy_type": numpy_type,
+        "metadata": None,
+    }
+
+
+def _pandas_column(column: pa.Array) -> np.ndarray:
+    """The column as pandas would infer it from a list of row dicts holding Python values and None."""
+    import pyarrow as pa
+
+    nulls = column.null_count
+    if pa.types.is_floating(column.type):
+        values = column.to_numpy(zero_copy_only=False).astype(float)
+        nulls = int(np.isnan(values).sum())
+    if len(column) == 0 or nulls == len(column):
+        return np.full(len(column), None, dtype=object)
+    if pa.types.is_floating(column.type) or (pa.types.is_integer(column.type) and nulls):
+        return column.to_numpy(zero_copy_only=False).astype(float)
+    if pa.types.is_integer(column.type):
+        return column.to_numpy().astype(np.int64)
+    # Text: few distinct values, so each becomes a Python str once and is repeated by index.
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(column)
+    distinct = np.array([*encoded.dictionary.to_pylist(), None], dtype=object)
+    return distinct[pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy()]
 
 
 def parquet_export(

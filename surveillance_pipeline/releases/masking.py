@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
@@ -35,12 +35,15 @@ from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
     MANIFEST,
-    csv_export,
+    csv_export_columns,
     export_is_current,
-    geoparquet_export,
+    geoparquet_export_columns,
     manifest_rows,
     publish_export,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PACKAGE = "surveillance_pipeline.releases"
 STAGE = "masked_release"
@@ -83,8 +86,12 @@ def donut_mask(
     """
     rules.as_config()
     radius, azimuth = _donut_draws(len(longitudes), rules, seed)
-    longitudes = np.asarray(longitudes, dtype=float)
-    latitudes = np.asarray(latitudes, dtype=float)
+    return _displace(np.asarray(longitudes, dtype=float), np.asarray(latitudes, dtype=float), radius, azimuth)
+
+
+def _displace(
+    longitudes: np.ndarray, latitudes: np.ndarray, radius: np.ndarray, azimuth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     masked_lon, masked_lat, _ = _GEOD.fwd(longitudes, latitudes, azimuth, radius)
     # A record without coordinates must stay without them, whatever the geodesic code makes of NaN.
     missing = np.isnan(longitudes) | np.isnan(latitudes)
@@ -103,16 +110,6 @@ def _donut_draws(count: int, rules: MaskingRules, seed: int) -> tuple[np.ndarray
     return radius, azimuth
 
 
-def displacement_counts(rows: list[tuple[Any, ...]], rules: MaskingRules, seed: int) -> list[int]:
-    """How far the rows with coordinates moved (the geodesic moves each exactly its drawn distance), in
-    DISPLACEMENT_BINS equal bins from min_m to max_m."""
-    ordered = sorted(rows, key=lambda row: row[0])
-    radius, _ = _donut_draws(len(ordered), rules, seed)
-    has_point = ~(np.isnan(_column(ordered, 3)) | np.isnan(_column(ordered, 4)))
-    counts, _ = np.histogram(radius[has_point], bins=DISPLACEMENT_BINS, range=(rules.min_m, rules.max_m))
-    return [int(count) for count in counts]
-
-
 def displacement_edges(rules: MaskingRules) -> list[float]:
     return [float(edge) for edge in np.linspace(rules.min_m, rules.max_m, DISPLACEMENT_BINS + 1)]
 
@@ -122,13 +119,78 @@ def _column(rows: list[tuple[Any, ...]], index: int) -> np.ndarray:
 
 
 def masked_rows(rows: list[tuple[Any, ...]], rules: MaskingRules, seed: int) -> list[tuple[Any, ...]]:
-    """``COLUMNS`` rows with masked coordinates; sorted by id first, so the draws follow id order."""
+    """``COLUMNS`` rows with masked coordinates; sorted by id first, so the draws follow id order.
+
+    The row form of ``masked_columns`` (a build reads columns), for rows held in Python.
+    """
     ordered = sorted(rows, key=lambda row: row[0])
     longitudes, latitudes = donut_mask(_column(ordered, 3), _column(ordered, 4), rules, seed)
     return [
         (row[0], row[1], row[2], _coordinate(lon), _coordinate(lat), row[5])
         for row, lon, lat in zip(ordered, longitudes, latitudes, strict=True)
     ]
+
+
+# The columns COPY sends (COLUMNS without species, which is the slug asked for).
+_COPIED = ("id", "year", "longitude", "latitude", "license")
+
+
+def _read_columns(conn: psycopg.Connection, slug: str) -> pa.Table:
+    """One species' rows in id order as Arrow columns: COPY's CSV parsed in C, never a tuple per row."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    # Shortest-exact float text whatever the server's default: the coordinates parse back bit for bit.
+    conn.execute("SET LOCAL extra_float_digits = 3")
+    buffer = pa.BufferOutputStream()
+    with conn.cursor().copy(load_sql(PACKAGE, "copy_masked_release_rows"), {"slug": slug}) as copy:
+        for block in copy:
+            buffer.write(block)
+    types = {"id": pa.int64(), "year": pa.int64(), "longitude": pa.float64(), "latitude": pa.float64()}
+    types["license"] = pa.large_string()
+    if buffer.tell() == 0:
+        # A species without rows: Arrow reads no columns from empty text, so they are made here.
+        return pa.table({name: pa.array([], type=types[name]) for name in _COPIED})
+    return pacsv.read_csv(
+        pa.BufferReader(buffer.getvalue()),
+        read_options=pacsv.ReadOptions(column_names=list(_COPIED)),
+        convert_options=pacsv.ConvertOptions(
+            column_types=types,
+            # COPY writes NULL unquoted and an empty text quoted: only the first is null.
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+
+
+def masked_columns(table: pa.Table, slug: str, rules: MaskingRules, seed: int) -> tuple[pa.Table, list[int]]:
+    """``COLUMNS`` of the release, masked, from rows already in id order; and the displacement histogram.
+
+    One draw serves both: the histogram counts the drawn distances of the rows with coordinates.
+    """
+    import pyarrow as pa
+
+    longitudes = table.column("longitude").to_numpy().astype(float)
+    latitudes = table.column("latitude").to_numpy().astype(float)
+    ids = table.column("id").to_numpy()
+    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        raise ValueError(f"masked_release of {slug!r}: rows must arrive in ascending id order")
+    rules.as_config()
+    radius, azimuth = _donut_draws(len(ids), rules, seed)
+    masked_lon, masked_lat = _displace(longitudes, latitudes, radius, azimuth)
+    has_point = ~(np.isnan(longitudes) | np.isnan(latitudes))
+    counts, _ = np.histogram(radius[has_point], bins=DISPLACEMENT_BINS, range=(rules.min_m, rules.max_m))
+    released = pa.table(
+        {
+            "id": table.column("id"),
+            "species": pa.repeat(pa.scalar(slug, pa.large_string()), len(ids)),
+            "year": table.column("year"),
+            "longitude": pa.array(masked_lon, from_pandas=True),
+            "latitude": pa.array(masked_lat, from_pandas=True),
+            "license": table.column("license"),
+        }
+    )
+    return released, [int(count) for count in counts]
 
 
 def _coordinate(value: float) -> float | None:
@@ -202,18 +264,17 @@ def build_masked_release(
             return MaskedRelease(
                 parts, logical, seed, manifest_rows(folder), sha256_file(folder / MANIFEST), False, counts
             )
-        rows = conn.execute(load_sql(PACKAGE, "select_masked_release_rows"), {"slug": slug}).fetchall()
-    released = masked_rows(rows, rules, seed)
+        table = _read_columns(conn, slug)
+    released, counts = masked_columns(table, slug, rules, seed)
     files = [
-        csv_export(f"{slug}.csv", COLUMNS, released),
-        geoparquet_export(f"{slug}.parquet", COLUMNS, released),
+        csv_export_columns(f"{slug}.csv", released),
+        geoparquet_export_columns(f"{slug}.parquet", released),
     ]
     extra = {
         "masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed, "displacement": DISPLACEMENT}
     }
     manifest = publish_export(folder, files, parts, ORDER, extra)
-    counts = displacement_counts(rows, rules, seed)
-    return MaskedRelease(parts, logical, seed, len(released), sha256_hex(manifest), True, counts)
+    return MaskedRelease(parts, logical, seed, released.num_rows, sha256_hex(manifest), True, counts)
 
 
 def release_masked_partition(

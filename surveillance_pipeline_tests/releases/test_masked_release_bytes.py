@@ -1,0 +1,154 @@
+"""masked_release's files are the bytes the row-by-row writers made, pinned; the columnar writers equal them.
+
+The sha256s below were taken from the row-by-row build (rows as tuples, sorted in Python, ``csv_export``
+and ``geoparquet_export`` via geopandas Points) before it became columnar. They move only when a version
+constant (MASKING_VERSION, EXPORT_FORMAT, occurrences') or a pinned library version in the lock moves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
+from surveillance_pipeline.releases.exports import (
+    csv_export,
+    csv_export_columns,
+    geoparquet_export,
+    geoparquet_export_columns,
+)
+from surveillance_pipeline.releases.masking import COLUMNS, MaskingRules, build_masked_release
+
+SPECIES = Species(
+    species_id=900_100,
+    slug="pinned",
+    scientific_name="Pinnata exemplaris",
+    vernacular_name="pinned",
+    taxon_key=None,
+    kingdom="Animalia",
+    country="AU",
+    state_province="Tasmania",
+    lab_records=0,
+)
+HEADER = "id,year,longitude,latitude,license\n"
+# Ids out of order, NULL years and licenses, rows without coordinates, the antimeridian and the poles,
+# and a slug that needs quoting in the CSV.
+EDGE = (
+    HEADER
+    + "905,2001,179.9999,-17.8,CC0 1.0\n3,,-179.99995,89.9999,\n17,1999,,,CC BY 4.0\n"
+    + "12,2020,-0.000001,-89.99999,CC BY-NC 4.0\n1,,,,\n8,1850,180.0,0.0,CC BY 4.0\n"
+    + "44,2024,-180.0,-45.5,CC0 1.0\n2,1970,147.123456789,-42.987654321,\n"
+)
+CASES = {
+    "edge": ('edge,"q"', EDGE),
+    "all-null": ("all-null", HEADER + "5,,10.5,20.25,\n6,,-10.5,-20.25,\n7,,,,\n"),
+    "no-coord": ("no-coord", HEADER + "5,2000,,,CC0 1.0\n6,2001,,,CC BY 4.0\n"),
+    "single": ("single", HEADER + "42,2000,146.5,-41.5,CC0 1.0\n"),
+    "empty": ("empty", HEADER),
+}
+PINNED = {
+    "edge": (
+        "28c6a2abe24f94bc45e0adaf53656631e00474117bd1b21f4184a72564364c48",
+        "9a3658caf87ebc1c4f6763926606ede1924d87bc9ebdf70b4fc4f6bdbe8fecda",
+        "a84ec919aa44ec1a30e22adbe0576b09ade506b19e432605b6be94771ab360a0",
+    ),
+    "all-null": (
+        "a6773dd272caec4013bf04edc467ebb043cd3454ad99f6f926ac229c6e5700c5",
+        "7a1304bd9aa4a3993f091ee708779c01520d837ecee4192ea754aaeb20132502",
+        "1a1dd3c65ad4389668d893f513591def7484cfa38240fc8626981ae2f073429f",
+    ),
+    "no-coord": (
+        "4514dfb9969a6ccb372f78c84b8d3c35e8106002fe635e3d066df11a6fcc32ce",
+        "00b0be33465904e2183d810942db09e878741c2f54936806848fbacb4e0a83db",
+        "eadb488e6f1c94518abb1e8509a44e3826c35a964912d3a7c6a3162d5b5aa5a7",
+    ),
+    "single": (
+        "9b3e8d138c2fc9d864ca1f8699985b26f15b548545020b9212cd260787992289",
+        "eeb9d36903a0d418aaed1d198497e51d4ef2db6c5afa0ab7f45698d261677f37",
+        "e52cbbf16a83b1508e24fcd740586cb3b1a636b7398bb36bc5b3c16a8ff0f0ee",
+    ),
+    "empty": (
+        "3c55ee02c38b7eb96a672554e6d8d0c8e2eaebcdebb528cdbf6819efeb7e6f88",
+        "6347e7752857fefd9c41c26abc1f0330f09bb0ad19cf4ca994671c95fb32a63d",
+        "8ec89615423b3298c65d704ddef67c8a9f3c17689d3462ee41e4ab5da556eaf3",
+    ),
+}
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_masked_release_is_the_pinned_bytes_of_the_row_by_row_build(db, tmp_path, case):
+    slug, derived = CASES[case]
+    order = sorted(CASES).index(case)
+    species = replace(SPECIES, species_id=SPECIES.species_id + order, slug=slug)
+    path = tmp_path / f"{case}.csv"
+    path.write_text(derived, encoding="utf-8")
+    ensure_state_tables(db)
+    load_occurrences(db, species=species, derived=path, rules=OccurrenceRules(), run_id="pinned")
+    folder = tmp_path / "release"
+    build_masked_release(db, slug, MaskingRules(), folder)
+    hashes = (
+        sha256_file(folder / f"{slug}.csv"),
+        sha256_file(folder / f"{slug}.parquet"),
+        sha256_file(folder / "manifest.json"),
+    )
+    assert hashes == PINNED[case]
+
+
+def _rows_and_table(count: int, seed: int, *, null_share: float) -> tuple[list[tuple], pa.Table]:
+    """Release-shaped rows (Python values, None for null) and the same rows as Arrow columns."""
+    draw = np.random.Generator(np.random.PCG64(seed))
+    ids = np.sort(draw.choice(10**12, size=count, replace=False)).astype(np.int64)
+    years = draw.integers(1800, 2030, count)
+    no_year = draw.random(count) < null_share
+    lon = np.round(draw.uniform(-180, 180, count), 6)
+    lat = np.round(draw.uniform(-90, 90, count), 6)
+    no_point = draw.random(count) < null_share
+    # Values that round to a signed zero and sit at the edges.
+    lon[: min(count, 4)] = [-0.0000004, 180.0, -180.0, 0.0][: min(count, 4)]
+    lon[no_point], lat[no_point] = np.nan, np.nan
+    licenses = np.array(["CC0 1.0", "CC BY 4.0", 'odd, "quoted"\nlicense', ""], dtype=object)
+    license_values = [None if draw.random() < null_share else licenses[i % 4] for i in range(count)]
+    rows = [
+        (
+            int(ids[i]),
+            "spec,ies",
+            None if no_year[i] else int(years[i]),
+            None if math.isnan(lon[i]) else float(np.round(lon[i], 6)),
+            None if math.isnan(lat[i]) else float(lat[i]),
+            license_values[i],
+        )
+        for i in range(count)
+    ]
+    table = pa.table(
+        {
+            "id": pa.array(ids),
+            "species": pa.array(["spec,ies"] * count, pa.large_string()),
+            "year": pa.array([row[2] for row in rows], pa.int64()),
+            "longitude": pa.array(np.round(lon, 6), from_pandas=True),
+            "latitude": pa.array(lat, from_pandas=True),
+            "license": pa.array(license_values, pa.large_string()),
+        }
+    )
+    return rows, table
+
+
+@pytest.mark.parametrize(
+    ("count", "seed", "null_share"),
+    [(1, 1, 0.0), (7, 2, 0.5), (500, 3, 0.05), (2_000, 4, 0.0), (300, 5, 1.0), (0, 6, 0.1)],
+)
+def test_the_columnar_writers_write_the_bytes_of_the_row_writers(count, seed, null_share):
+    rows, table = _rows_and_table(count, seed, null_share=null_share)
+    assert table.column_names == list(COLUMNS)
+    assert csv_export_columns("x.csv", table).data == csv_export("x.csv", COLUMNS, rows).data
+    assert (
+        geoparquet_export_columns("x.parquet", table).data
+        == geoparquet_export("x.parquet", COLUMNS, rows).data
+    )
