@@ -84,22 +84,20 @@ def csv_export_columns(name: str, table: pa.Table) -> ExportFile:
     import pyarrow.compute as pc
 
     fields = [_csv_column(table.column(index).combine_chunks()) for index in range(table.num_columns)]
-    if table.num_rows == 0:
-        body = b""
-    else:
-        lines = pc.binary_join_element_wise(*fields, pa.scalar(",", pa.large_string()))
-        lines = pc.binary_join_element_wise(
-            lines, pa.scalar("\n", pa.large_string()), pa.scalar("", pa.large_string())
-        )
-        body = _string_values(lines)
     header = (",".join(table.column_names) + "\n").encode("utf-8")
-    return ExportFile(name, header + body, table.num_rows, CSV_FORMAT)
+    if table.num_rows == 0:
+        return ExportFile(name, header, 0, CSV_FORMAT)
+    text = pa.large_string()
+    # The line end joins the last field, a short one, so the long lines are built only once.
+    fields[-1] = pc.binary_join_element_wise(fields[-1], pa.scalar("\n", text), pa.scalar("", text))
+    lines = pc.binary_join_element_wise(*fields, pa.scalar(",", text))
+    return ExportFile(name, b"".join((header, _string_values(lines))), table.num_rows, CSV_FORMAT)
 
 
-def _string_values(array: pa.Array) -> bytes:
-    """The concatenated values of a (large) string array without nulls: its data buffer, sliced."""
+def _string_values(array: pa.Array) -> memoryview:
+    """The concatenated values of a (large) string array without nulls: a view of its data buffer."""
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
-    return array.buffers()[2].to_pybytes()[int(offsets[0]) : int(offsets[-1])]
+    return memoryview(array.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
 def _csv_column(column: pa.Array) -> pa.Array:
