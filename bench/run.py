@@ -724,6 +724,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only-downloads", action="store_true", help="only the GBIF download section")
     parser.add_argument(
+        "--only-masking", action="store_true", help="only masked_release vs its limit (bench/masking.py)"
+    )
+    parser.add_argument(
+        "--masking-sizes",
+        type=lambda text: [int(size) for size in text.split(",") if size.strip()],
+        default=[1_000_000, 5_000_000],
+        help="rows of the one bench species in the masking section, comma-separated",
+    )
+    parser.add_argument(
         "--download-sizes",
         type=lambda text: [int(size) for size in text.split(",") if size.strip()],
         default=[1_000_000, 5_000_000],
@@ -750,6 +759,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_downloads_only(args, server_url)
     if args.only_distributed:
         return run_distributed_only(args, server_url)
+    if args.only_masking:
+        from bench import masking
+
+        print(masking.measure_masking(server_url, args.masking_sizes, args.reps, args.out))
+        return 0
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
