@@ -8,9 +8,11 @@ export survives into a new one.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,20 @@ PARQUET_COMPRESSION = "snappy"
 class ExportFile:
     name: str
     data: bytes
+    rows: int
+    format: str
+
+    @property
+    def sha256(self) -> str:
+        return sha256_hex(self.data)
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A file already written into the staging folder (streamed, never whole in memory)."""
+
+    name: str
+    sha256: str
     rows: int
     format: str
 
@@ -80,18 +96,48 @@ def csv_export_columns(name: str, table: pa.Table) -> ExportFile:
     The same bytes as ``csv_export`` of the table's rows: integers as ``str``, floats with 6 decimals (NaN
     or null as an empty field), text through ``_csv_field``.
     """
+
+    header = (",".join(table.column_names) + "\n").encode("utf-8")
+    return ExportFile(name, b"".join((header, _csv_lines(table))), table.num_rows, CSV_FORMAT)
+
+
+def _csv_lines(table: pa.Table) -> memoryview | bytes:
+    """The CSV lines (no header) of a table, each ending in LF."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    fields = [_csv_column(table.column(index).combine_chunks()) for index in range(table.num_columns)]
-    header = (",".join(table.column_names) + "\n").encode("utf-8")
     if table.num_rows == 0:
-        return ExportFile(name, header, 0, CSV_FORMAT)
+        return b""
+    fields = [_csv_column(table.column(index).combine_chunks()) for index in range(table.num_columns)]
     text = pa.large_string()
     # The line end joins the last field, a short one, so the long lines are built only once.
     fields[-1] = pc.binary_join_element_wise(fields[-1], pa.scalar("\n", text), pa.scalar("", text))
-    lines = pc.binary_join_element_wise(*fields, pa.scalar(",", text))
-    return ExportFile(name, b"".join((header, _string_values(lines))), table.num_rows, CSV_FORMAT)
+    return _string_values(pc.binary_join_element_wise(*fields, pa.scalar(",", text)))
+
+
+class CsvStream:
+    """``csv_export`` written part by part into a file: ``write`` each table (same columns, in order)."""
+
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self._path = path
+        self._handle = path.open("wb")
+        self._hash = hashlib.sha256()
+        self._rows = 0
+        self._put((",".join(columns) + "\n").encode("utf-8"))
+
+    def _put(self, data: memoryview | bytes) -> None:
+        self._handle.write(data)
+        self._hash.update(data)
+
+    def write(self, table: pa.Table) -> None:
+        self._put(_csv_lines(table))
+        self._rows += table.num_rows
+
+    def close(self) -> WrittenFile:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        return WrittenFile(self._path.name, self._hash.hexdigest(), self._rows, CSV_FORMAT)
 
 
 def _string_values(array: pa.Array) -> memoryview:
@@ -147,30 +193,74 @@ def _fixed6(values: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(missing), pa.scalar("", pa.large_string()), text)
 
 
+# pyarrow's row group when none is asked for: a streamed file writes the groups a whole write would.
+PARQUET_ROW_GROUP = 1024 * 1024
+GEOPARQUET_FORMAT = f"geoparquet: EPSG:4326, {PARQUET_COMPRESSION}"
+# geopandas' GeoParquet metadata version.
+_GEOPARQUET_VERSION = "1.1.0"
+# How pandas types each kind of column (pandas_type, numpy_type in pyarrow's pandas metadata).
+_PANDAS_TYPES = {
+    "int64": ("int64", "int64"),
+    "float64": ("float64", "float64"),
+    "str": ("object", "str"),
+    "null": ("empty", "object"),
+}
+
+
+def geoparquet_kind(arrow_type: pa.DataType, nulls: int, rows: int) -> str:
+    """The dtype pandas infers for a column of rows holding Python values and None (a ``_PANDAS_TYPES``
+    key): an integer column with a null is float64, an all-null column holds nothing but None."""
+    import pyarrow as pa
+
+    if nulls == rows:
+        return "null"
+    if pa.types.is_integer(arrow_type):
+        return "float64" if nulls else "int64"
+    if pa.types.is_floating(arrow_type):
+        return "float64"
+    return "str"
+
+
 def geoparquet_export_columns(name: str, table: pa.Table) -> ExportFile:
     """``geoparquet_export`` of a whole table (points from ``longitude``/``latitude``): the same bytes.
 
-    A table whose every column holds a value and some row a point is written by pyarrow directly, its WKB
-    packed by numpy and its metadata the one geopandas writes (``_direct_geoparquet``); building a shapely
-    Point per row costs more than the rest of the release. Any other table (empty, an all-null column)
-    goes through geopandas, as ``geoparquet_export`` does, with each column of the dtype pandas infers from
-    rows: integers with a null become float64, an all-null column stays object.
+    A table with rows and some point is written by ``GeoParquetStream``; any other (empty, no point) goes
+    through geopandas as ``geoparquet_export`` does, fed columns of the dtypes pandas infers from rows.
     """
+    import pyarrow as pa
+
     longitude = _floats(table.column("longitude"))
     latitude = _floats(table.column("latitude"))
     missing = np.isnan(longitude)
-    ordinary = (
-        table.num_rows > 0
-        and not missing.all()
-        and not bool((~missing & np.isnan(latitude)).any())
-        and all(_nulls(table.column(c)) < table.num_rows for c in table.column_names)
-    )
-    data = (
-        _direct_geoparquet(table, longitude, latitude, missing)
-        if ordinary
-        else _geopandas_geoparquet(table, longitude, latitude, missing)
-    )
-    return ExportFile(name, data, table.num_rows, f"geoparquet: EPSG:4326, {PARQUET_COMPRESSION}")
+    if not geoparquet_streamable(table.num_rows, longitude, latitude):
+        data = _geopandas_geoparquet(table, longitude, latitude, missing)
+        return ExportFile(name, data, table.num_rows, GEOPARQUET_FORMAT)
+    kinds = {
+        c: geoparquet_kind(table.column(c).type, _nulls(table.column(c)), table.num_rows)
+        for c in table.column_names
+    }
+    sink = pa.BufferOutputStream()
+    stream = GeoParquetStream(sink, kinds, point_bbox(longitude, latitude))
+    stream.write(table)
+    stream.close()
+    return ExportFile(name, sink.getvalue().to_pybytes(), table.num_rows, GEOPARQUET_FORMAT)
+
+
+def geoparquet_streamable(rows: int, longitude: np.ndarray, latitude: np.ndarray) -> bool:
+    """Whether ``GeoParquetStream`` writes geopandas' bytes for these points: some point, none half."""
+    missing = np.isnan(longitude)
+    return rows > 0 and not bool(missing.all()) and not bool((~missing & np.isnan(latitude)).any())
+
+
+def point_bbox(longitude: np.ndarray, latitude: np.ndarray) -> list[float]:
+    """[min lon, min lat, max lon, max lat] of the points (NaN: no point), as GeoParquet's ``bbox``."""
+    present = ~np.isnan(longitude)
+    return [
+        float(longitude[present].min()),
+        float(latitude[present].min()),
+        float(longitude[present].max()),
+        float(latitude[present].max()),
+    ]
 
 
 def _floats(column: pa.ChunkedArray) -> np.ndarray:
@@ -202,62 +292,94 @@ def _geopandas_geoparquet(
     return buffer.getvalue()
 
 
-# geopandas' GeoParquet metadata: its schema version, and the CRS as PROJJSON.
-_GEOPARQUET_VERSION = "1.1.0"
+class GeoParquetStream:
+    """What ``GeoDataFrame(rows).to_parquet`` writes, by pyarrow, a row group at a time.
 
-
-def _direct_geoparquet(
-    table: pa.Table, longitude: np.ndarray, latitude: np.ndarray, missing: np.ndarray
-) -> bytes:
-    """What ``GeoDataFrame(rows).to_parquet`` writes for a table with a value in every column, by pyarrow.
-
-    The bytes are geopandas' own (a test holds the two writers equal): the columns as pandas would type
-    them, a WKB ``geometry`` column with geoarrow's field metadata, and the ``pandas`` and ``geo`` schema
-    metadata as pyarrow and geopandas write them for this shape of frame.
+    The bytes are geopandas' own (tests hold the two writers equal) for a file with some point: the
+    columns typed as pandas would type them (``kinds``, known for the whole file before its first row), a
+    WKB ``geometry`` column with geoarrow's field metadata, and the ``pandas`` and ``geo`` schema metadata
+    (``bbox`` over every point) as pyarrow and geopandas write them. The metadata goes into the footer
+    and into every row group's schema alike, so it must be whole before the first row is written.
     """
+
+    def __init__(self, sink: Any, kinds: Mapping[str, str], bbox: Sequence[float]) -> None:
+        import pyarrow.parquet as pq
+
+        self._kinds = dict(kinds)
+        self._schema = _geoparquet_schema(self._kinds, bbox)
+        self._writer = pq.ParquetWriter(sink, self._schema, compression=PARQUET_COMPRESSION)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Rows of the release's columns (``longitude``/``latitude`` among them), in file order."""
+        self._pending.append(self._file_columns(table))
+        self._pending_rows += table.num_rows
+        self.rows += table.num_rows
+        while self._pending_rows >= PARQUET_ROW_GROUP:
+            self._write_group(PARQUET_ROW_GROUP)
+
+    def close(self) -> None:
+        if self._pending_rows:
+            self._write_group(self._pending_rows)
+        self._writer.close()
+
+    def _write_group(self, rows: int) -> None:
+        import pyarrow as pa
+
+        pending = pa.concat_tables(self._pending)
+        # One contiguous chunk per column, as a whole table's: chunk edges could split pages elsewhere.
+        self._writer.write_table(pending.slice(0, rows).combine_chunks(), row_group_size=PARQUET_ROW_GROUP)
+        rest = pending.slice(rows)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def _file_columns(self, table: pa.Table) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        columns: list[pa.Array] = []
+        for column_name, kind in self._kinds.items():
+            column = table.column(column_name).combine_chunks()
+            if kind == "int64":
+                columns.append(pc.cast(column, pa.int64()))
+            elif kind == "float64":
+                columns.append(
+                    pa.array(column.to_numpy(zero_copy_only=False).astype(float), from_pandas=True)
+                )
+            elif kind == "str":
+                columns.append(pc.cast(column, pa.large_string()))
+            else:
+                columns.append(pa.nulls(len(column)))
+        longitude = _floats(table.column("longitude"))
+        latitude = _floats(table.column("latitude"))
+        # WKB points, little-endian: byte order 1, geometry type 1 (Point), x, y; none without a longitude.
+        wkb = np.zeros(len(longitude), dtype=[("order", "u1"), ("kind", "<u4"), ("x", "<f8"), ("y", "<f8")])
+        wkb["order"], wkb["kind"], wkb["x"], wkb["y"] = 1, 1, longitude, latitude
+        packed = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(wkb.itemsize), len(wkb), [None, pa.py_buffer(wkb.tobytes())]
+        )
+        missing = pa.array(np.isnan(longitude))
+        columns.append(pc.if_else(missing, pa.scalar(None, pa.binary()), pc.cast(packed, pa.binary())))
+        return pa.table(columns, schema=self._schema)
+
+
+def _geoparquet_schema(kinds: Mapping[str, str], bbox: Sequence[float]) -> pa.Schema:
     import json
     from importlib.metadata import version
 
     import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     from pyproj import CRS
 
-    columns: dict[str, pa.Array] = {}
-    described = []
-    for column_name in table.column_names:
-        column = table.column(column_name).combine_chunks()
-        if pa.types.is_integer(column.type) and column.null_count == 0:
-            columns[column_name], kinds = pc.cast(column, pa.int64()), ("int64", "int64")
-        elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-            values = column.to_numpy(zero_copy_only=False).astype(float)
-            columns[column_name], kinds = pa.array(values, from_pandas=True), ("float64", "float64")
-        else:
-            columns[column_name], kinds = pc.cast(column, pa.large_string()), ("object", "str")
-        described.append(_pandas_described(column_name, *kinds))
-    # WKB points, little-endian: byte order 1, geometry type 1 (Point), x, y.
-    wkb = np.zeros(len(longitude), dtype=[("order", "u1"), ("kind", "<u4"), ("x", "<f8"), ("y", "<f8")])
-    wkb["order"], wkb["kind"], wkb["x"], wkb["y"] = 1, 1, longitude, latitude
-    packed = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(wkb.itemsize), len(wkb), [None, pa.py_buffer(wkb.tobytes())]
-    )
-    columns["geometry"] = pc.if_else(
-        pa.array(missing), pa.scalar(None, pa.binary()), pc.cast(packed, pa.binary())
-    )
-    described.append(_pandas_described("geometry", "empty", "object"))
-
+    arrow_types = {"int64": pa.int64(), "float64": pa.float64(), "str": pa.large_string(), "null": pa.null()}
+    fields = [pa.field(c, arrow_types[kind]) for c, kind in kinds.items()]
+    described = [_pandas_described(c, *_PANDAS_TYPES[kind]) for c, kind in kinds.items()]
+    described.append(_pandas_described("geometry", *_PANDAS_TYPES["null"]))
     crs = CRS.from_epsg(4326).to_json_dict()
     # geopandas names the datum ensemble's members without their ids in the file's metadata.
     geo_crs = json.loads(json.dumps(crs))
     for member in geo_crs.get("datum_ensemble", {}).get("members", []):
         member.pop("id", None)
-    present = ~missing
-    bbox = [
-        float(longitude[present].min()),
-        float(latitude[present].min()),
-        float(longitude[present].max()),
-        float(latitude[present].max()),
-    ]
     pandas_metadata = {
         "index_columns": [],
         "column_indexes": [],
@@ -269,21 +391,17 @@ def _direct_geoparquet(
     geo_metadata = {
         "primary_column": "geometry",
         "columns": {
-            "geometry": {"encoding": "WKB", "crs": geo_crs, "geometry_types": ["Point"], "bbox": bbox}
+            "geometry": {"encoding": "WKB", "crs": geo_crs, "geometry_types": ["Point"], "bbox": list(bbox)}
         },
         "version": _GEOPARQUET_VERSION,
         "creator": {"library": "geopandas", "version": version("geopandas")},
     }
-    fields = [pa.field(c, columns[c].type) for c in columns]
-    fields[-1] = fields[-1].with_metadata(
+    geometry = pa.field("geometry", pa.binary()).with_metadata(
         {"ARROW:extension:name": "geoarrow.wkb", "ARROW:extension:metadata": json.dumps({"crs": crs})}
     )
-    schema = pa.schema(
-        fields, metadata={"pandas": json.dumps(pandas_metadata), "geo": json.dumps(geo_metadata)}
+    return pa.schema(
+        [*fields, geometry], metadata={"pandas": json.dumps(pandas_metadata), "geo": json.dumps(geo_metadata)}
     )
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.table(list(columns.values()), schema=schema), sink, compression=PARQUET_COMPRESSION)
-    return bytes(sink.getvalue().to_pybytes())
 
 
 def _pandas_described(name: str, pandas_type: str, numpy_type: str) -> dict[str, Any]:
@@ -334,7 +452,10 @@ def parquet_export(
 
 
 def manifest_bytes(
-    files: Sequence[ExportFile], parts: JobKeyParts, order: str, extra: Mapping[str, Any] | None = None
+    files: Sequence[ExportFile | WrittenFile],
+    parts: JobKeyParts,
+    order: str,
+    extra: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The manifest; ``extra`` adds fields some releases carry (a masked release's seed)."""
     document = {
@@ -343,7 +464,7 @@ def manifest_bytes(
         "job_key": parts.key,
         "job_key_parts": parts.as_dict(),
         "order": order,
-        "files": {f.name: {"sha256": sha256_hex(f.data), "rows": f.rows, "format": f.format} for f in files},
+        "files": {f.name: {"sha256": f.sha256, "rows": f.rows, "format": f.format} for f in files},
     }
     return (json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
@@ -375,6 +496,26 @@ def publish_export(
     def write_into(staging: Path) -> None:
         for export in files:
             write_file_durably(staging / export.name, export.data)
+        write_file_durably(staging / MANIFEST, manifest)
+
+    replace_partition_folder(folder, write_into)
+    return manifest
+
+
+def publish_written_export(
+    folder: Path,
+    write_files: Callable[[Path], Sequence[WrittenFile]],
+    parts: JobKeyParts,
+    order: str,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
+    """``publish_export`` of files that ``write_files(staging)`` streams into the staging folder (durably)
+    and describes; the manifest is written after them. Returns the manifest."""
+    manifest = b""
+
+    def write_into(staging: Path) -> None:
+        nonlocal manifest
+        manifest = manifest_bytes(write_files(staging), parts, order, extra)
         write_file_durably(staging / MANIFEST, manifest)
 
     replace_partition_folder(folder, write_into)

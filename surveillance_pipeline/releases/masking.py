@@ -8,17 +8,23 @@ crowd the inner ring.
 
 The randomness is a derived seed (core.seeds) of the partition and the upstream occurrences job key, drawn
 in id order: the same input gives the same release, byte for byte, and ``replay`` can prove it.
+
+The rows are read a page at a time (``PAGE_ROWS``, by id) and the files written as they come, so a release
+of millions of rows holds a few pages in memory, not the species.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
+from psycopg import sql
 from pyproj import Geod
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
@@ -34,12 +40,20 @@ from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
+    GEOPARQUET_FORMAT,
     MANIFEST,
+    PARQUET_ROW_GROUP,
+    CsvStream,
+    GeoParquetStream,
+    WrittenFile,
     csv_export_columns,
     export_is_current,
     geoparquet_export_columns,
+    geoparquet_kind,
     manifest_rows,
+    point_bbox,
     publish_export,
+    publish_written_export,
 )
 
 if TYPE_CHECKING:
@@ -106,8 +120,40 @@ def _donut_draws(count: int, rules: MaskingRules, seed: int) -> tuple[np.ndarray
     generator = stage_generator(seed)
     area_share = generator.random(count)
     azimuth = generator.random(count) * 360.0
-    radius = np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
-    return radius, azimuth
+    return _radius(area_share, rules), azimuth
+
+
+def _radius(area_share: np.ndarray, rules: MaskingRules) -> np.ndarray:
+    return np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
+
+
+class DonutDraws:
+    """``_donut_draws(count, ...)`` handed out a page at a time: the same numbers, in the same rows.
+
+    All ``count`` area shares come first from the generator, then all azimuths; a second generator on the
+    same seed, advanced past the ``count`` shares (PCG64 ``advance``: one 64-bit step per double), yields
+    the azimuths alongside, so no page waits for the whole species.
+    """
+
+    def __init__(self, count: int, rules: MaskingRules, seed: int) -> None:
+        self._rules = rules
+        self._left = count
+        self._shares = stage_generator(seed)
+        self._azimuths = stage_generator(seed)
+        bit_generator = self._azimuths.bit_generator
+        if not isinstance(bit_generator, np.random.PCG64):
+            raise TypeError("DonutDraws advances a PCG64 generator (core.seeds.stage_generator)")
+        bit_generator.advance(count)
+
+    @property
+    def left(self) -> int:
+        return self._left
+
+    def next(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        if rows > self._left:
+            raise ValueError(f"{rows} draws asked for, {self._left} left: the rows changed while being read")
+        self._left -= rows
+        return _radius(self._shares.random(rows), self._rules), self._azimuths.random(rows) * 360.0
 
 
 def displacement_edges(rules: MaskingRules) -> list[float]:
@@ -133,27 +179,52 @@ def masked_rows(rows: list[tuple[Any, ...]], rules: MaskingRules, seed: int) -> 
 
 # The columns COPY sends (COLUMNS without species, which is the slug asked for).
 _COPIED = ("id", "year", "longitude", "latitude", "license")
+_POINTS = ("id", "longitude", "latitude")
+# Rows per page read: a quarter of a Parquet row group, so a release holds a few pages, whatever its size.
+PAGE_ROWS = PARQUET_ROW_GROUP // 4
+_BEFORE_EVERY_ID = -(2**63)
 
 
-def _read_columns(conn: psycopg.Connection, slug: str) -> pa.Table:
-    """One species' rows in id order as Arrow columns: COPY's CSV parsed in C, never a tuple per row."""
+def _pages(conn: psycopg.Connection, species_id: int, columns: Sequence[str]) -> Iterator[pa.Table]:
+    """The species' rows in id order, ``PAGE_ROWS`` at a time, as Arrow columns (COPY's CSV parsed in C)."""
+    page_rows = PAGE_ROWS
+    after = _BEFORE_EVERY_ID
+    while True:
+        page = _read_page(conn, species_id, columns, after, page_rows)
+        ids = page.column("id").to_numpy()
+        if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            raise ValueError(f"species {species_id}: rows must arrive in ascending id order")
+        if len(ids):
+            yield page
+        if len(ids) < page_rows:
+            return
+        after = int(ids[-1])
+
+
+def _read_page(
+    conn: psycopg.Connection, species_id: int, columns: Sequence[str], after: int, rows: int
+) -> pa.Table:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    statement = load_sql(PACKAGE, "copy_masked_release_page").format(
+        columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    )
     # Shortest-exact float text whatever the server's default: the coordinates parse back bit for bit.
     conn.execute("SET LOCAL extra_float_digits = 3")
     buffer = pa.BufferOutputStream()
-    with conn.cursor().copy(load_sql(PACKAGE, "copy_masked_release_rows"), {"slug": slug}) as copy:
+    with conn.cursor().copy(statement, {"species_id": species_id, "after": after, "rows": rows}) as copy:
         for block in copy:
             buffer.write(block)
-    types = {"id": pa.int64(), "year": pa.int64(), "longitude": pa.float64(), "latitude": pa.float64()}
-    types["license"] = pa.large_string()
+    everything = {"id": pa.int64(), "year": pa.int64(), "longitude": pa.float64(), "latitude": pa.float64()}
+    everything["license"] = pa.large_string()
+    types = {c: everything[c] for c in columns}
     if buffer.tell() == 0:
-        # A species without rows: Arrow reads no columns from empty text, so they are made here.
-        return pa.table({name: pa.array([], type=types[name]) for name in _COPIED})
+        # No rows: Arrow reads no columns from empty text, so they are made here.
+        return pa.table({c: pa.array([], type=types[c]) for c in columns})
     return pacsv.read_csv(
         pa.BufferReader(buffer.getvalue()),
-        read_options=pacsv.ReadOptions(column_names=list(_COPIED)),
+        read_options=pacsv.ReadOptions(column_names=list(columns)),
         convert_options=pacsv.ConvertOptions(
             column_types=types,
             # COPY writes NULL unquoted and an empty text quoted: only the first is null.
@@ -164,33 +235,35 @@ def _read_columns(conn: psycopg.Connection, slug: str) -> pa.Table:
 
 
 def masked_columns(table: pa.Table, slug: str, rules: MaskingRules, seed: int) -> tuple[pa.Table, list[int]]:
-    """``COLUMNS`` of the release, masked, from rows already in id order; and the displacement histogram.
+    """``COLUMNS`` of the release, masked, from all its rows in id order; and the displacement histogram."""
+    released, radius, has_point = _masked_page(table, slug, DonutDraws(table.num_rows, rules, seed))
+    return released, _histogram(radius[has_point], rules)
 
-    One draw serves both: the histogram counts the drawn distances of the rows with coordinates.
-    """
+
+def _histogram(radius: np.ndarray, rules: MaskingRules) -> list[int]:
+    """How far the rows with coordinates moved (the geodesic moves each exactly its drawn distance)."""
+    counts, _ = np.histogram(radius, bins=DISPLACEMENT_BINS, range=(rules.min_m, rules.max_m))
+    return [int(count) for count in counts]
+
+
+def _masked_page(table: pa.Table, slug: str, draws: DonutDraws) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """A page of ``COLUMNS`` rows, masked with the page's draws; its radii and which rows have a point."""
     import pyarrow as pa
 
     longitudes = table.column("longitude").to_numpy().astype(float)
     latitudes = table.column("latitude").to_numpy().astype(float)
-    ids = table.column("id").to_numpy()
-    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
-        raise ValueError(f"masked_release of {slug!r}: rows must arrive in ascending id order")
-    rules.as_config()
-    radius, azimuth = _donut_draws(len(ids), rules, seed)
+    radius, azimuth = draws.next(table.num_rows)
     masked_lon, masked_lat = _displace(longitudes, latitudes, radius, azimuth)
-    has_point = ~(np.isnan(longitudes) | np.isnan(latitudes))
-    counts, _ = np.histogram(radius[has_point], bins=DISPLACEMENT_BINS, range=(rules.min_m, rules.max_m))
-    released = pa.table(
-        {
-            "id": table.column("id"),
-            "species": pa.repeat(pa.scalar(slug, pa.large_string()), len(ids)),
-            "year": table.column("year"),
-            "longitude": pa.array(masked_lon, from_pandas=True),
-            "latitude": pa.array(masked_lat, from_pandas=True),
-            "license": table.column("license"),
-        }
-    )
-    return released, [int(count) for count in counts]
+    columns = {
+        "id": table.column("id"),
+        "species": pa.repeat(pa.scalar(slug, pa.large_string()), table.num_rows),
+        "year": table.column("year") if "year" in table.column_names else None,
+        "longitude": pa.array(masked_lon, from_pandas=True),
+        "latitude": pa.array(masked_lat, from_pandas=True),
+        "license": table.column("license") if "license" in table.column_names else None,
+    }
+    released = pa.table({c: v for c, v in columns.items() if v is not None})
+    return released, radius, ~(np.isnan(longitudes) | np.isnan(latitudes))
 
 
 def _coordinate(value: float) -> float | None:
@@ -264,17 +337,85 @@ def build_masked_release(
             return MaskedRelease(
                 parts, logical, seed, manifest_rows(folder), sha256_file(folder / MANIFEST), False, counts
             )
-        table = _read_columns(conn, slug)
-    released, counts = masked_columns(table, slug, rules, seed)
-    files = [
-        csv_export_columns(f"{slug}.csv", released),
-        geoparquet_export_columns(f"{slug}.parquet", released),
-    ]
-    extra = {
-        "masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed, "displacement": DISPLACEMENT}
-    }
-    manifest = publish_export(folder, files, parts, ORDER, extra)
-    return MaskedRelease(parts, logical, seed, released.num_rows, sha256_hex(manifest), True, counts)
+        extra = {
+            "masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed, "displacement": DISPLACEMENT}
+        }
+        found = conn.execute(load_sql(PACKAGE, "select_species_id"), {"slug": slug}).fetchone()
+        species_id = int(found[0]) if found is not None else None
+        totals: tuple[int, ...] = (0, 0, 0, 0, 0)
+        if species_id is not None:
+            row = conn.execute(load_sql(PACKAGE, "select_masked_release_counts"), {"species_id": species_id})
+            totals = tuple(int(n) for n in (row.fetchone() or totals))
+        count, years, longitudes, latitudes, licenses = totals
+        if species_id is None or count == 0 or longitudes == 0 or longitudes != latitudes:
+            # No point to write (or none at all): geopandas types such a file, from the rows in memory.
+            table = _read_page(conn, species_id or 0, _COPIED, _BEFORE_EVERY_ID, max(count, 1))
+            released, counts = masked_columns(table, slug, rules, seed)
+            files = [
+                csv_export_columns(f"{slug}.csv", released),
+                geoparquet_export_columns(f"{slug}.parquet", released),
+            ]
+            manifest = publish_export(folder, files, parts, ORDER, extra)
+            return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts)
+        import pyarrow as pa
+
+        kinds = {
+            "id": "int64",
+            "species": "str",
+            "year": geoparquet_kind(pa.int64(), count - years, count),
+            "longitude": "float64",
+            "latitude": "float64",
+            "license": geoparquet_kind(pa.large_string(), count - licenses, count),
+        }
+        bbox, counts = _bbox_and_histogram(conn, species_id, slug, count, rules, seed)
+
+        def write_files(staging: Path) -> list[WrittenFile]:
+            csv = CsvStream(staging / f"{slug}.csv", COLUMNS)
+            parquet_path = staging / f"{slug}.parquet"
+            parquet = GeoParquetStream(str(parquet_path), kinds, bbox)
+            page_draws = DonutDraws(count, rules, seed)
+            for page in _pages(conn, species_id, _COPIED):
+                released, _, _ = _masked_page(page, slug, page_draws)
+                csv.write(released)
+                parquet.write(released)
+            parquet.close()
+            if parquet.rows != count or page_draws.left:
+                raise ValueError(f"masked_release of {slug!r}: the rows changed while being read")
+            _fsync(parquet_path)
+            written = WrittenFile(parquet_path.name, sha256_file(parquet_path), count, GEOPARQUET_FORMAT)
+            return [csv.close(), written]
+
+        manifest = publish_written_export(folder, write_files, parts, ORDER, extra)
+    return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts)
+
+
+def _bbox_and_histogram(
+    conn: psycopg.Connection, species_id: int, slug: str, count: int, rules: MaskingRules, seed: int
+) -> tuple[list[float], list[int]]:
+    """A first pass over the points: their masked bounding box, which the GeoParquet's metadata holds
+    before its first row, and the displacement histogram. The second pass masks again (the same draws)
+    and writes."""
+    bbox: list[float] | None = None
+    histograms: list[np.ndarray] = []
+    draws = DonutDraws(count, rules, seed)
+    for page in _pages(conn, species_id, _POINTS):
+        released, radius, has_point = _masked_page(page, slug, draws)
+        histograms.append(np.asarray(_histogram(radius[has_point], rules)))
+        if has_point.any():
+            box = point_bbox(_floats(released, "longitude"), _floats(released, "latitude"))
+            bbox = box if bbox is None else [*map(min, bbox[:2], box[:2]), *map(max, bbox[2:], box[2:])]
+    if bbox is None or draws.left:
+        raise ValueError(f"masked_release of {slug!r}: the rows changed while being read")
+    return bbox, [int(n) for n in np.sum(histograms, axis=0)]
+
+
+def _floats(table: pa.Table, column: str) -> np.ndarray:
+    return table.column(column).to_numpy().astype(float)
+
+
+def _fsync(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
 
 
 def release_masked_partition(

@@ -7,24 +7,37 @@ constant (MASKING_VERSION, EXPORT_FORMAT, occurrences') or a pinned library vers
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import replace
 
+import geopandas
 import numpy as np
 import pyarrow as pa
 import pytest
+from shapely.geometry import Point
 
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
+from surveillance_pipeline.releases import exports, masking
 from surveillance_pipeline.releases.exports import (
+    GeoParquetStream,
     csv_export,
     csv_export_columns,
     geoparquet_export,
     geoparquet_export_columns,
+    geoparquet_kind,
+    point_bbox,
 )
-from surveillance_pipeline.releases.masking import COLUMNS, MaskingRules, build_masked_release
+from surveillance_pipeline.releases.masking import (
+    COLUMNS,
+    DonutDraws,
+    MaskingRules,
+    _donut_draws,
+    build_masked_release,
+)
 
 SPECIES = Species(
     species_id=900_100,
@@ -152,3 +165,47 @@ def test_the_columnar_writers_write_the_bytes_of_the_row_writers(count, seed, nu
         geoparquet_export_columns("x.parquet", table).data
         == geoparquet_export("x.parquet", COLUMNS, rows).data
     )
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("page_rows", [1, 3, 7])
+def test_a_release_read_a_few_rows_at_a_time_is_the_same_bytes(db, tmp_path, monkeypatch, page_rows):
+    # Pages of a few rows: the draws, the CSV and the Parquet's row group are carried across pages.
+    monkeypatch.setattr(masking, "PAGE_ROWS", page_rows)
+    test_a_masked_release_is_the_pinned_bytes_of_the_row_by_row_build(db, tmp_path, "edge")
+
+
+@pytest.mark.parametrize("count", [0, 1, 5, 1_000])
+def test_draws_handed_out_by_page_are_the_draws_of_the_whole(count):
+    rules = MaskingRules(min_m=10.0, max_m=250.0)
+    radius, azimuth = _donut_draws(count, rules, 42)
+    draws = DonutDraws(count, rules, 42)
+    pages = [draws.next(n) for n in (1, 2, max(count - 3, 0)) if n <= count]
+    left = count - sum(len(r) for r, _ in pages)
+    pages.append(draws.next(left))
+    assert np.array_equal(np.concatenate([r for r, _ in pages]), radius)
+    assert np.array_equal(np.concatenate([a for _, a in pages]), azimuth)
+    with pytest.raises(ValueError, match="rows changed"):
+        draws.next(1)
+
+
+def test_a_geoparquet_written_by_row_groups_is_what_geopandas_writes(monkeypatch):
+    # Row groups of 1,000 rows instead of 1,048,576: the groups pyarrow cuts a whole write into.
+    monkeypatch.setattr(exports, "PARQUET_ROW_GROUP", 1_000)
+    rows, table = _rows_and_table(3_500, 7, null_share=0.1)
+    sink = pa.BufferOutputStream()
+    kinds = {
+        c: geoparquet_kind(table.column(c).type, table.column(c).null_count, table.num_rows)
+        for c in table.column_names
+    }
+    longitude = table.column("longitude").to_numpy()
+    stream = GeoParquetStream(sink, kinds, point_bbox(longitude, table.column("latitude").to_numpy()))
+    for start in range(0, table.num_rows, 700):
+        stream.write(table.slice(start, 700))
+    stream.close()
+    records = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+    points = [Point(r["longitude"], r["latitude"]) if r["longitude"] is not None else None for r in records]
+    frame = geopandas.GeoDataFrame(records, columns=list(COLUMNS), geometry=points, crs="EPSG:4326")
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False, compression="snappy", row_group_size=1_000)
+    assert sink.getvalue().to_pybytes() == buffer.getvalue()
