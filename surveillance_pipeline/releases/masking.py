@@ -183,6 +183,9 @@ _POINTS = ("id", "longitude", "latitude")
 # Rows per page read: a quarter of a Parquet row group, so a release holds a few pages, whatever its size.
 PAGE_ROWS = PARQUET_ROW_GROUP // 4
 _BEFORE_EVERY_ID = -(2**63)
+# A column as a CSV field of select_masked_release_page's lines: NULL empty, text quoted.
+_FIELD = "coalesce({}::text, '')"
+_QUOTED_FIELD = "coalesce('\"' || replace({}, '\"', '\"\"') || '\"', '')"
 
 
 def _pages(conn: psycopg.Connection, species_id: int, columns: Sequence[str]) -> Iterator[pa.Table]:
@@ -207,27 +210,26 @@ def _read_page(
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    statement = load_sql(PACKAGE, "copy_masked_release_page").format(
-        columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    fields = [sql.SQL(_QUOTED_FIELD if c == "license" else _FIELD).format(sql.Identifier(c)) for c in columns]
+    statement = load_sql(PACKAGE, "select_masked_release_page").format(
+        line=sql.SQL(" || ',' || ").join(fields)
     )
     # Shortest-exact float text whatever the server's default: the coordinates parse back bit for bit.
     conn.execute("SET LOCAL extra_float_digits = 3")
-    buffer = pa.BufferOutputStream()
-    with conn.cursor().copy(statement, {"species_id": species_id, "after": after, "rows": rows}) as copy:
-        for block in copy:
-            buffer.write(block)
+    found = conn.execute(statement, {"species_id": species_id, "after": after, "rows": rows}).fetchone()
+    text = found[0] if found is not None and found[0] is not None else ""
     everything = {"id": pa.int64(), "year": pa.int64(), "longitude": pa.float64(), "latitude": pa.float64()}
     everything["license"] = pa.large_string()
     types = {c: everything[c] for c in columns}
-    if buffer.tell() == 0:
+    if not text:
         # No rows: Arrow reads no columns from empty text, so they are made here.
         return pa.table({c: pa.array([], type=types[c]) for c in columns})
     return pacsv.read_csv(
-        pa.BufferReader(buffer.getvalue()),
+        pa.BufferReader(text.encode("utf-8")),
         read_options=pacsv.ReadOptions(column_names=list(columns)),
         convert_options=pacsv.ConvertOptions(
             column_types=types,
-            # COPY writes NULL unquoted and an empty text quoted: only the first is null.
+            # NULL is an unquoted empty field, an empty text a quoted one: only the first is null.
             strings_can_be_null=True,
             quoted_strings_can_be_null=False,
         ),
