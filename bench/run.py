@@ -753,8 +753,24 @@ def main(argv: list[str] | None = None) -> int:
         default=8.0,
         help="kill (and record as failed) a download-section process whose RSS passes this",
     )
+    parser.add_argument(
+        "--only-whole-run", action="store_true", help="only make run over a download (whole_run.py)"
+    )
+    parser.add_argument(
+        "--whole-run-sizes", type=lambda t: [int(s) for s in t.split(",") if s.strip()], default=[1_000_000]
+    )
+    parser.add_argument(
+        "--whole-run-cache", type=Path, default=None, help="the downloads' cache (default OUT/out)"
+    )
     args = parser.parse_args(argv)
     server_url = os.environ[DATABASE_URL_VARIABLE]
+    if args.only_whole_run:
+        from bench import whole_run
+
+        cache = args.whole_run_cache or args.out / "out"
+        return whole_run.run_only(
+            server_url, args.out, cache, args.whole_run_sizes, args.download_seed, args.download_reps
+        )
     if args.only_downloads:
         return run_downloads_only(args, server_url)
     if args.only_distributed:

@@ -132,6 +132,11 @@ class DataPaths(dg.ConfigurableResource):
         """``data/figures/<asset>/``: the pictures an asset shows in the UI (never an input)."""
         return Path(self.root) / "figures" / asset
 
+    def memo(self, asset: str, partition_key: str) -> Path:
+        """``data/memos/<asset>/<partition>.json``: what an asset keeps to decide a skip cheaply (never an
+        input: a missing or stale memo costs time, not a row)."""
+        return Path(self.root) / "memos" / asset / f"{partition_key}.json"
+
     def partition(self, asset: str, partition_key: str) -> Path:
         """``data/<asset>/<partition>/``: a partition's files, replaced whole (core.partition_files)."""
         return Path(self.root) / asset / partition_key

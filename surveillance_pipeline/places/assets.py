@@ -16,7 +16,10 @@ from surveillance_pipeline.places import geocoded, regions
 
 
 @species_asset(
-    metadata=outputs_metadata(tables=["geocoded_localities", "geocode_calls"]),
+    # The memo of what the raw snapshot's records gave, to decide a skip without reading them.
+    metadata=outputs_metadata(
+        tables=["geocoded_localities", "geocode_calls"], folders=["memos/geocoded_localities"]
+    ),
     group_name="places",
     # Other domains' assets are named by key: a domain imports no other domain's asset objects.
     deps=[dg.AssetKey("gbif_raw")],
@@ -40,6 +43,7 @@ def geocoded_localities(
                 geocoder=client,
                 salt=geocoder.ledger_salt,
                 run_id=context.run.run_id,
+                memo_path=paths.memo(geocoded.GEOCODED_LOCALITIES.name, slug),
             )
             return outcome_report(
                 result.refresh,

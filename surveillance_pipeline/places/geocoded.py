@@ -7,6 +7,8 @@ keys, never a locality text: keys and parts are written to provenance and shown 
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +19,11 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
+from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import RefreshOutcome, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
-from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_snapshot
+from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_bytes, read_raw_snapshot
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_record_lines, record_from_fields
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.geocoding.service import Geocoder, ledger_key, normalize_locality
@@ -83,7 +86,14 @@ def geocoded_parts(
     keyed: list[tuple[int, str]], entries: dict[str, LedgerEntry], service: str
 ) -> JobKeyParts:
     """The job key's parts of a species' geocoded rows: its (id, ledger key) pairs and the answers used."""
-    records_sha256 = sha256_hex(canonical_json([list(pair) for pair in keyed]).encode("utf-8"))
+    return _parts(_records_sha256(keyed), entries, service)
+
+
+def _records_sha256(keyed: list[tuple[int, str]]) -> str:
+    return sha256_hex(canonical_json([list(pair) for pair in keyed]).encode("utf-8"))
+
+
+def _parts(records_sha256: str, entries: dict[str, LedgerEntry], service: str) -> JobKeyParts:
     ledger = entries_checksum(service, entries)
     checksum = sha256_hex(canonical_json({"records": records_sha256, "ledger": ledger}).encode("utf-8"))
     return GEOCODED_LOCALITIES.key_parts(checksum, {"geocoder": service})
@@ -97,6 +107,10 @@ class GeocodedOutcome:
     found: int
 
 
+class _MemoStale(Exception):
+    """The memo's records or answers are not what the inputs give now: take the whole path."""
+
+
 def refresh_geocoded_localities(
     conn: psycopg.Connection,
     *,
@@ -105,8 +119,24 @@ def refresh_geocoded_localities(
     geocoder: Geocoder,
     salt: str,
     run_id: str,
+    memo_path: Path | None = None,
 ) -> GeocodedOutcome:
-    """Geocode what the ledger lacks (each call committed), then make the table hold this species' answers."""
+    """Geocode what the ledger lacks (each call committed), then make the table hold this species' answers.
+
+    With ``memo_path``, what a parse of the raw snapshot gave (the records' checksum and ledger keys) is
+    kept there under the sha256 of the snapshot's bytes, the salt, the service and the versions: an
+    unchanged snapshot then decides its skip from the memo and the ledger, without parsing the records
+    (seconds for a big download's species). Anything the memo cannot vouch for takes the whole path.
+    """
+    memo_key = None
+    if memo_path is not None:
+        memo_key = _memo_key(raw_path, species, geocoder.service, salt)
+        memo = _read_memo(memo_path, memo_key)
+        if memo is not None:
+            try:
+                return _refresh_from_memo(conn, memo, species, raw_path, geocoder, salt, run_id)
+            except _MemoStale:
+                pass  # rolled back: nothing was written; the whole path below decides
     records = localities_to_geocode(raw_path, species)
     key_of = {text: ledger_key(salt, text) for text in sorted({r.normalized for r in records})}
     run = geocode_missing(conn, geocoder, {key: text for text, key in key_of.items()})
@@ -121,22 +151,112 @@ def refresh_geocoded_localities(
         used.update({key: entry.as_list() for key, entry in entries.items()})
         return geocoded_parts(keyed, entries, geocoder.service)
 
+    outcome = refresh_partition(
+        conn,
+        target=GEOCODED_LOCALITIES,
+        partition_key=species.slug,
+        parts=parts,
+        replace_rows=lambda connection: _replace_rows(connection, species, keyed, used),
+        run_id=run_id,
+        partition_value=species.species_id,
+    )
+    if memo_path is not None and memo_key is not None:
+        _write_memo(memo_path, memo_key, keyed)
+    found = sum(1 for _, key in keyed if used.get(key, [None, None])[1] == "found")
+    return GeocodedOutcome(outcome, run, len(keyed), found)
+
+
+def _replace_rows(
+    connection: psycopg.Connection,
+    species: Species,
+    keyed: list[tuple[int, str]],
+    used: dict[str, list[object]],
+) -> int:
+    table = sql.Identifier(GEOCODED_LOCALITIES.name)
+    connection.execute(sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id])
+    connection.execute(load_sql(PACKAGE, "create_incoming_geocoded"))
+    with connection.cursor().copy(
+        "COPY incoming_geocoded (id, status, longitude, latitude) FROM STDIN"
+    ) as copy:
+        for record_id, key in keyed:
+            _, status, longitude, latitude = used[key]
+            copy.write_row((record_id, status, longitude, latitude))
+    return connection.execute(
+        load_sql(PACKAGE, "insert_geocoded_localities").format(table=table),
+        {"species_id": species.species_id},
+    ).rowcount
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The memo: what parsing a raw snapshot gave, so an unchanged one is not parsed again to decide a skip
+
+MEMO_VERSION = 1
+
+
+def _memo_key(raw_path: Path, species: Species, service: str, salt: str) -> str:
+    """Everything the parse's result depends on. The salt enters as an HMAC of a fixed text, never as is."""
+    identity = {
+        "memo": MEMO_VERSION,
+        "raw_sha256": sha256_hex(read_raw_bytes(raw_path)),
+        "request": species.request(),
+        "service": service,
+        "salt": ledger_key(salt, "geocoded_localities memo"),
+        "code_version": GEOCODED_LOCALITIES.code_version,
+    }
+    return sha256_hex(canonical_json(identity).encode("utf-8"))
+
+
+def _read_memo(path: Path, memo_key: str) -> dict[str, Any] | None:
+    """The memo written under ``memo_key``; None when missing, unreadable or written for other inputs."""
+    try:
+        memo = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(memo, dict) or memo.get("key") != memo_key:
+        return None
+    counts = memo.get("key_counts")
+    if not isinstance(memo.get("records_sha256"), str) or not isinstance(counts, dict):
+        return None
+    return memo
+
+
+def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]]) -> None:
+    memo = {
+        "key": memo_key,
+        "records_sha256": _records_sha256(keyed),
+        "key_counts": Counter(k for _, k in keyed),
+    }
+    replace_file(path, canonical_json(memo).encode("utf-8"))
+
+
+def _refresh_from_memo(
+    conn: psycopg.Connection,
+    memo: dict[str, Any],
+    species: Species,
+    raw_path: Path,
+    geocoder: Geocoder,
+    salt: str,
+    run_id: str,
+) -> GeocodedOutcome:
+    """refresh_geocoded_localities for an unchanged snapshot: the job key from the memo and the ledger (every
+    key answered, or the whole path geocodes the rest). A reload, which needs the records, parses them and
+    checks they are the memo's."""
+    counts: dict[str, int] = memo["key_counts"]
+    used: dict[str, list[object]] = {}
+
+    def parts(connection: psycopg.Connection) -> JobKeyParts:
+        entries = answers_for(connection, geocoder.service, counts)
+        if len(entries) != len(counts):
+            raise _MemoStale
+        used.update({key: entry.as_list() for key, entry in entries.items()})
+        return _parts(memo["records_sha256"], entries, geocoder.service)
+
     def replace_rows(connection: psycopg.Connection) -> int:
-        table = sql.Identifier(GEOCODED_LOCALITIES.name)
-        connection.execute(
-            sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
-        )
-        connection.execute(load_sql(PACKAGE, "create_incoming_geocoded"))
-        with connection.cursor().copy(
-            "COPY incoming_geocoded (id, status, longitude, latitude) FROM STDIN"
-        ) as copy:
-            for record_id, key in keyed:
-                _, status, longitude, latitude = used[key]
-                copy.write_row((record_id, status, longitude, latitude))
-        return connection.execute(
-            load_sql(PACKAGE, "insert_geocoded_localities").format(table=table),
-            {"species_id": species.species_id},
-        ).rowcount
+        records = localities_to_geocode(raw_path, species)
+        keyed = [(r.id, ledger_key(salt, r.normalized)) for r in records]
+        if _records_sha256(keyed) != memo["records_sha256"]:
+            raise _MemoStale
+        return _replace_rows(connection, species, keyed, used)
 
     outcome = refresh_partition(
         conn,
@@ -147,5 +267,5 @@ def refresh_geocoded_localities(
         run_id=run_id,
         partition_value=species.species_id,
     )
-    found = sum(1 for _, key in keyed if used.get(key, [None, None])[1] == "found")
-    return GeocodedOutcome(outcome, run, len(keyed), found)
+    found = sum(count for key, count in counts.items() if used[key][1] == "found")
+    return GeocodedOutcome(outcome, GeocodeRun(calls=0, reused=len(counts)), sum(counts.values()), found)

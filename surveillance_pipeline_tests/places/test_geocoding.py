@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -17,6 +19,7 @@ from surveillance_pipeline.lab.gbif_client import lab_records
 from surveillance_pipeline.lab.geocoder import LabGeocoder
 from surveillance_pipeline.occurrences.assets import gbif_raw
 from surveillance_pipeline.orchestration.resources import GeocoderSource
+from surveillance_pipeline.places import geocoded
 from surveillance_pipeline.places.assets import geocoded_localities
 from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
 from surveillance_pipeline_tests.support.fake_geocoder import FakeGeocoder
@@ -205,3 +208,33 @@ def test_the_http_geocoder_keeps_to_its_rate_limit():
     assert slept == [1.0, 1.0]
     assert [a.status for a in answers] == ["found", "not_found", "found"]
     assert (answers[0].longitude, answers[0].latitude) == (147.3272, -42.8821)
+
+
+def test_an_unchanged_snapshot_skips_from_the_memo_and_a_wrong_memo_is_not_trusted(
+    db, database_url, data_dir, monkeypatch
+):
+    with FakeGeocoder() as fake, dg.instance_for_test() as instance:
+        first = metadata(_run(instance, database_url, data_dir, fake), "geocoded_localities")
+        before = _table_md5(db)
+        memo = data_dir / "memos" / "geocoded_localities" / f"{DEVIL}.json"
+        assert memo.exists()
+        assert TEST_LEDGER_SALT not in memo.read_text(encoding="utf-8")
+
+        def no_parse(*_args, **_kwargs):
+            raise AssertionError("the skip parsed the raw snapshot")
+
+        # An unchanged snapshot: the skip is decided from the memo and the ledger, the records unread.
+        with monkeypatch.context() as patched:
+            patched.setattr(geocoded, "localities_to_geocode", no_parse)
+            again = metadata(_run(instance, database_url, data_dir, fake), "geocoded_localities")
+        assert (again["action"], again["reason"]) == ("skipped", "nothing changed")
+        assert (again["localities"], again["found"]) == (first["localities"], first["found"])
+
+        # A memo that no longer tells the truth costs a parse, never a wrong row or a wrong skip.
+        wrong = json.loads(memo.read_text(encoding="utf-8"))
+        wrong["records_sha256"] = "0" * 64
+        memo.write_text(json.dumps(wrong), encoding="utf-8")
+        checked = metadata(_run(instance, database_url, data_dir, fake), "geocoded_localities")
+        assert (checked["action"], checked["reason"]) == ("skipped", "nothing changed")
+        assert json.loads(memo.read_text(encoding="utf-8"))["records_sha256"] != "0" * 64
+        assert _table_md5(db) == before

@@ -1,0 +1,327 @@
+"""``make bench BENCH_ARGS=--only-whole-run``: the whole ``make run`` over a download, next to its floors.
+
+At each size (default 1M records) the cached GBIF-shaped DwC-A (bench/gbif_download.py ``cached_dwca``) is
+placed in a fresh data folder's downloads/, and make run's own entry point (``python -m
+surveillance_pipeline.commands.run``, with ``GBIF_SOURCE=download``) runs in a scratch warehouse and a
+scratch Dagster storage twice: the first run, then the same run with nothing changed. Each run's peak RSS
+is sampled over its whole process group (every ~0.2 s, the sum of the group's RSS, and the largest single
+process), and make run's own table gives each asset's seconds; in the no-change run every partition skips,
+so an asset's seconds there are what deciding to skip cost it.
+
+The floors, measured in the same invocation: the import's limit (bench/downloads.py ``measure_limit``:
+unzip, DuckDB derive, psql ``\\copy`` into an indexed table), and for the no-change run a streamed sha256
+of the zip plus one trivial ``dagster asset materialize`` (``bench.inputs.trivial_cli_command``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess  # noqa: S404  # make run and dagster are run as the user runs them
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from bench.downloads import EVENT_BATCH_SIZE, GB, measure_limit, place_download
+from bench.gbif_download import cached_dwca
+from bench.inputs import trivial_cli_command
+from bench.run import dagster_home, log
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
+from surveillance_pipeline_tests.support.scratch_databases import scratch_database
+
+DEFAULT_SIZES = (1_000_000,)
+DEFAULT_SEED = 1
+RSS_CAP_GB = 8.0
+POLL_SECONDS = 0.2
+IMPORT_ASSETS = ("gbif_raw", "gbif_derived", "occurrences")
+TARGETS = {
+    "first_vs_limit": ("first make run / import limit", 3.0),
+    "import_assets_vs_limit": ("three import assets in make run / import limit", 2.0),
+    "no_change_vs_floor": ("no-change make run / (sha256 + trivial CLI)", 1.5),
+    "slowest_skip_s": ("slowest asset's skip decision, s", 0.2),
+}
+SECTION_HEADING = "### Whole make run over a GBIF download"
+# make run's table: "  <asset> <loaded> <skipped> <rows> <seconds|->  <reasons>"
+TABLE_LINE = re.compile(r"^\s+([a-z_]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+|-)\s")
+RUNS_LINE = re.compile(r"^(\d+) runs \(.*\): (\w+) in ([\d.]+) s")
+
+
+@dataclass
+class GroupRun:
+    """A process and its group from start to exit: wall seconds, peak summed and single RSS (kB)."""
+
+    seconds: float
+    returncode: int
+    peak_group_kb: int = 0
+    peak_single_kb: int = 0
+    peak_processes: int = 0
+    stdout: str = ""
+    stderr_tail: str = ""
+    assets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reported_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 3),
+            "returncode": self.returncode,
+            "reported_seconds": self.reported_seconds,
+            "peak_group_mb": round(self.peak_group_kb / 1024, 1),
+            "peak_single_mb": round(self.peak_single_kb / 1024, 1),
+            "peak_processes": self.peak_processes,
+            "assets": self.assets,
+            "error": self.stderr_tail if self.returncode else None,
+            "stdout": self.stdout.splitlines(),
+        }
+
+
+def group_rss_kb(pgid: int) -> tuple[int, int, int]:
+    """(summed RSS, largest single RSS, process count) of the processes in group ``pgid``, from /proc."""
+    total = largest = count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces, hence the rsplit.
+            fields = Path(entry.path, "stat").read_text(encoding="ascii", errors="replace")
+            if int(fields.rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for line in Path(entry.path, "status").read_text(encoding="ascii").splitlines():
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+                    total, largest, count = total + rss, max(largest, rss), count + 1
+                    break
+    return total, largest, count
+
+
+def parse_table(stdout: str) -> tuple[float | None, dict[str, dict[str, Any]]]:
+    """make run's reported total and its per-asset lines: loaded, skipped, rows, seconds."""
+    reported = None
+    assets: dict[str, dict[str, Any]] = {}
+    for line in stdout.splitlines():
+        if match := RUNS_LINE.match(line):
+            reported = float(match.group(3))
+        elif (match := TABLE_LINE.match(line)) and match.group(1) != "asset":
+            name, loaded, skipped, rows, seconds = match.groups()
+            assets[name] = {
+                "loaded": int(loaded),
+                "skipped": int(skipped),
+                "rows": int(rows),
+                "seconds": None if seconds == "-" else float(seconds),
+            }
+    return reported, assets
+
+
+def run_group(argv: list[str], environment: dict[str, str], rss_cap_kb: int) -> GroupRun:
+    """``argv`` in a session (and process group) of its own, its group's RSS sampled until it exits."""
+    started = time.perf_counter()
+    process = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
+        argv,
+        env={**os.environ, **environment},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    peak = single = count = 0
+    with contextlib.ExitStack() as stack:
+        # Drained in threads: a long run's stderr would fill the pipe and block it.
+        import concurrent.futures
+
+        pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(2))
+        assert process.stdout is not None and process.stderr is not None  # noqa: S101
+        out = pool.submit(process.stdout.read)
+        err = pool.submit(process.stderr.read)
+        while process.poll() is None:
+            total, largest, processes = group_rss_kb(process.pid)
+            peak, single, count = max(peak, total), max(single, largest), max(count, processes)
+            if total > rss_cap_kb:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            time.sleep(POLL_SECONDS)
+        seconds = time.perf_counter() - started
+        stdout, stderr = out.result(), err.result()
+    reported, assets = parse_table(stdout)
+    tail = [line for line in stderr.splitlines() if line.strip()]
+    return GroupRun(
+        seconds=seconds,
+        returncode=process.returncode,
+        peak_group_kb=peak,
+        peak_single_kb=single,
+        peak_processes=count,
+        stdout=stdout,
+        stderr_tail=tail[-1] if tail else "",
+        assets=assets,
+        reported_seconds=reported,
+    )
+
+
+def measure_size(
+    server_url: str, work: Path, cache: Path, records: int, seed: int, reps: int
+) -> dict[str, Any]:
+    rss_cap_kb = int(RSS_CAP_GB * GB)
+    generated, _ = cached_dwca(cache, records, seed)
+    result: dict[str, Any] = {"records": records, "seed": seed, "zip_bytes": generated.zip_bytes}
+    data = work / f"whole-data-{records}"
+    logs = work / f"whole-logs-{records}"
+    shutil.rmtree(data, ignore_errors=True)
+    zip_path = place_download(generated, data / "downloads")
+    python = sys.executable
+    dagster = str(Path(python).parent / "dagster")
+    pid = os.getpid()
+    with (
+        scratch_database(server_url, f"surveillance_bench_whole_{pid}") as warehouse_url,
+        scratch_database(server_url, f"dagster_bench_whole_{pid}", postgis=False) as storage_url,
+    ):
+        environment = {
+            **dagster_home(work / "whole-home", urlsplit(storage_url).path.lstrip("/"), pool_limit=1),
+            DATABASE_URL_VARIABLE: warehouse_url,
+            "SURVEILLANCE_DATA_DIR": str(data),
+            "GBIF_SOURCE": "download",
+            # A species no download holds is searched through the offline lab data, never GBIF's API.
+            "GBIF_FALLBACK_SOURCE": "lab",
+            "DAGSTER_EVENT_BATCH_SIZE": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE),
+        }
+        make_run = [python, "-m", "surveillance_pipeline.commands.run"]
+        log(f"whole run {records:,}: the import's limit (unzip, DuckDB, psql \\copy)")
+        result["limit"] = measure_limit(warehouse_url, generated, work, logs, reps, rss_cap_kb)
+        log(f"whole run {records:,}: first make run")
+        first = run_group(make_run, environment, rss_cap_kb)
+        result["first"] = first.as_dict()
+        if first.returncode == 0:
+            log(f"whole run {records:,}: make run again, nothing changed")
+            again = [run_group(make_run, environment, rss_cap_kb) for _ in range(reps)]
+            # The lower median: its own table goes with it.
+            kept = sorted(again, key=lambda run: run.seconds)[(len(again) - 1) // 2]
+            result["no_change"] = kept.as_dict()
+            result["no_change"]["runs"] = [round(run.seconds, 3) for run in again]
+        log(f"whole run {records:,}: floor (sha256 of the zip + one trivial CLI run)")
+        hashes, trivials = [], []
+        for _ in range(max(reps, 3)):
+            started = time.perf_counter()
+            sha256_file(zip_path)
+            hashes.append(time.perf_counter() - started)
+        for _ in range(reps):
+            trivials.append(run_group(trivial_cli_command(dagster), environment, rss_cap_kb).seconds)
+        result["sha256"] = round(statistics.median(hashes), 3)
+        result["trivial_cli"] = round(statistics.median(trivials), 3)
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(logs, ignore_errors=True)
+    return result
+
+
+def ratios(size: dict[str, Any]) -> dict[str, float | None]:
+    limit = size.get("limit", {}).get("seconds")
+    first = size.get("first", {})
+    no_change = size.get("no_change", {})
+    import_seconds = [first.get("assets", {}).get(a, {}).get("seconds") for a in IMPORT_ASSETS]
+    floor = (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
+    skips = [a["seconds"] for a in no_change.get("assets", {}).values() if a.get("seconds") is not None]
+
+    def over(value: float | None, by: float | None) -> float | None:
+        return round(value / by, 2) if value is not None and by else None
+
+    good = first.get("returncode") == 0
+    return {
+        "first_vs_limit": over(first.get("seconds") if good else None, limit),
+        "import_assets_vs_limit": over(sum(import_seconds) if None not in import_seconds else None, limit),
+        "no_change_vs_floor": over(no_change.get("seconds"), floor),
+        "slowest_skip_s": max(skips) if skips else None,
+    }
+
+
+def measure_whole_run(
+    server_url: str, work: Path, cache: Path, sizes: list[int], seed: int = DEFAULT_SEED, reps: int = 1
+) -> dict[str, Any]:
+    section: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "sizes": [
+            measure_size(server_url, work, cache, records, seed, reps) for records in sorted(set(sizes))
+        ],
+    }
+    section["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return section
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _s2(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown(section: dict[str, Any]) -> str:
+    lines = [
+        SECTION_HEADING,
+        "",
+        f"{section['date']}; load average before {section['load_before']}, after {section['load_after']}.",
+        "",
+        "| records | first run s | import limit s | first / limit | import assets / limit "
+        "| no-change s | floor s (sha256 + trivial CLI) | no-change / floor | slowest skip s "
+        "| peak RSS group / single MB (first; no-change) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in section["sizes"]:
+        first, again = size.get("first", {}), size.get("no_change", {})
+        r = ratios(size)
+        floor = (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
+        lines.append(
+            f"| {size['records']:,} | {_s(first.get('seconds'))} | {_s(size['limit'].get('seconds'))} "
+            f"| {r['first_vs_limit']} (target ≤ 3) | {r['import_assets_vs_limit']} (target ≤ 2) "
+            f"| {_s(again.get('seconds'))} | {floor:.1f} ({size.get('sha256')} + {size.get('trivial_cli')}) "
+            f"| {r['no_change_vs_floor']} (target ≤ 1.5) | {r['slowest_skip_s']} (target ≤ 0.2) "
+            f"| {first.get('peak_group_mb')} / {first.get('peak_single_mb')}; "
+            f"{again.get('peak_group_mb')} / {again.get('peak_single_mb')} |"
+        )
+        for label, run in (("first", first), ("no-change", again)):
+            if run.get("error"):
+                lines.append(f"\n{size['records']:,} {label} run failed: {run['error']}")
+    for size in section["sizes"]:
+        first, again = size.get("first", {}), size.get("no_change", {})
+        names = list(dict.fromkeys([*first.get("assets", {}), *again.get("assets", {})]))
+        lines += [
+            "",
+            f"Per asset at {size['records']:,} (make run's own table; in the no-change run every partition "
+            "skips, so its seconds are the cost of deciding to skip):",
+            "",
+            "| asset | first run s | loaded / skipped | no-change (skip decision) s | loaded / skipped |",
+            "|---|---|---|---|---|",
+        ]
+        for name in names:
+            a, b = first.get("assets", {}).get(name, {}), again.get("assets", {}).get(name, {})
+            lines.append(
+                f"| {name} | {_s(a.get('seconds'))} | {a.get('loaded', '-')} / {a.get('skipped', '-')} "
+                f"| {_s2(b.get('seconds'))} "
+                f"| {b.get('loaded', '-')} / {b.get('skipped', '-')} |"
+            )
+        lines.append(
+            f"| (make run's own total) | {_s(first.get('reported_seconds'))} | "
+            f"| {_s(again.get('reported_seconds'))} | |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_only(server_url: str, out: Path, cache: Path, sizes: list[int], seed: int, reps: int) -> int:
+    """``--only-whole-run``: the section alone; bench/whole_run.md (and the JSON next to it)."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="surveillance-bench-whole-") as folder:
+        section = measure_whole_run(server_url, Path(folder), cache, sizes, seed, reps)
+    table = markdown(section)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "whole_run.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
+    (out / "whole_run.md").write_text(table, encoding="utf-8")
+    print(table)
+    return 0
