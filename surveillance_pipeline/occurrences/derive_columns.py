@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from surveillance_pipeline.gbif.download_columns import joined_lines
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, unescape
 from surveillance_pipeline.gbif.registry import TAXON_KEY_FIELDS, Species
@@ -133,8 +134,7 @@ def _derived_block(
         licenses,
         ",",
     )
-    lines = pc.binary_join_element_wise(lines, empty, "\n")  # each line ending in its "\n"
-    return _text_bytes(lines), int(keys[-1])
+    return joined_lines(lines), int(keys[-1])
 
 
 def _check_taxon(column: dict[str, pa.Array], species: Species) -> None:
@@ -205,16 +205,6 @@ def _licenses(text: pa.Array) -> pa.Array:
         except ValueError:
             raise ColumnarUnavailable("an unknown license") from None
     return pc.take(pa.array(names, pa.string()), encoded.indices)
-
-
-def _text_bytes(lines: pa.Array) -> bytes:
-    """The strings of ``lines`` back to back, as one bytes object (they already end in "\\n")."""
-    lines = pc.cast(lines, pa.large_string()) if lines.type != pa.large_string() else lines
-    if lines.null_count:
-        raise ColumnarUnavailable("a null line")
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
-    data = lines.buffers()[2]
-    return data.to_pybytes()[int(offsets[0]) : int(offsets[-1])] if data is not None else b""
 
 
 def _all(mask: Any) -> bool:
