@@ -69,6 +69,9 @@ TARGETS = {
     "no_change_vs_reference": ("no-change import / (sha256 + trivial CLI)", "<=", 1.5),
     "import_growth": ("first import growth", "<=", 5.5),
     "sensor_tick_s": ("sensor tick, s", "<", 15.0),
+    # Issue #27 item 5, with --with-20m: four times the records in at most 4.4 times the time, memory bounded.
+    "import_growth_20m": ("first import growth", "<=", 4.4),
+    "peak_rss_gb_20m": ("peak RSS of any project process, GB", "<=", 2.0),
 }
 PROJECT_PROCESSES = ("import", "no_change", "sensor")
 
@@ -663,6 +666,19 @@ def download_ratios(sizes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     ratios["no_change_vs_reference"] = {"value": _ratio(_seconds(big, "no_change"), reference), "at": at}
     sensor = big.get("sensor", {})
     ratios["sensor_tick_s"] = {"value": sensor.get("tick_seconds"), "at": at}
+    if 20_000_000 in by_records and 5_000_000 in by_records:
+        huge, five = by_records[20_000_000], by_records[5_000_000]
+        ratios["import_growth_20m"] = {
+            "value": _ratio(_seconds(huge, "import"), _seconds(five, "import")),
+            "at": "20,000,000 / 5,000,000",
+        }
+        huge_rss = {name: mb for name, mb in process_rss(huge).items() if name in PROJECT_PROCESSES}
+        if huge_rss:
+            name = max(huge_rss, key=lambda n: huge_rss[n])
+            ratios["peak_rss_gb_20m"] = {
+                "value": round(huge_rss[name] / 1024, 3),
+                "at": f"at 20,000,000 ({name})",
+            }
     return ratios
 
 

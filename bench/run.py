@@ -745,6 +745,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only-distributed", action="store_true", help="only the distributed profile: bench/distributed.md"
     )
     parser.add_argument("--distributed-reps", type=int, default=1, help="repetitions of the speed-up")
+    parser.add_argument("--with-20m", action="store_true", help="also a 20,000,000-record download")
+    parser.add_argument(
+        "--download-cache", type=Path, default=None, help="generated downloads (default: <out>/out)"
+    )
+    parser.add_argument("--only-derive", action="store_true", help="only gbif_derived vs DuckDB: derive.md")
+    parser.add_argument("--derive-reps", type=int, default=3, help="alternating pairs in the derive section")
     parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
     parser.add_argument("--download-reps", type=int, default=1, help="repetitions in the download section")
     parser.add_argument(
@@ -780,6 +786,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(masking.measure_masking(server_url, args.masking_sizes, args.reps, args.out))
         return 0
+    if args.only_derive:
+        return run_derive_only(args, argv)
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -842,11 +850,12 @@ def download_section(args: argparse.Namespace, server_url: str, work: Path) -> d
     """The GBIF download section (bench/downloads.py imports this module, hence the late import)."""
     from bench import downloads
 
-    sizes = sorted(set(args.download_sizes + ([10_000_000] if args.with_10m else [])))
+    extra = ([10_000_000] if args.with_10m else []) + ([20_000_000] if args.with_20m else [])
+    sizes = sorted(set(args.download_sizes + extra))
     return downloads.measure_downloads(
         server_url,
         work,
-        args.out / "out",
+        args.download_cache or args.out / "out",
         sizes,
         seed=args.download_seed,
         reps=args.download_reps,
@@ -876,4 +885,22 @@ def run_distributed_only(args: argparse.Namespace, server_url: str) -> int:
     with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
         section = distributed.measure_distributed(server_url, Path(folder), args.distributed_reps, machine())
     print(distributed.write(args.out, section))
+    return 0
+
+
+def run_derive_only(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--only-derive``: gbif_derived's derive next to DuckDB's at each download size; bench/derive.md."""
+    from bench import derive
+
+    command = 'make bench BENCH_ARGS="' + " ".join(sys.argv[1:] if argv is None else argv) + '"'
+    with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
+        section = derive.measure_derive(
+            Path(folder),
+            args.download_cache or args.out / "out",
+            args.download_sizes,
+            args.download_seed,
+            args.derive_reps,
+            args.download_rss_cap_gb,
+        )
+    print(derive.write(args.out, section, command))
     return 0

@@ -54,10 +54,16 @@ def points_map_png(cells: Sequence[tuple[float, float, int]], title: str) -> byt
     figure = _figure()
     axes = figure.add_subplot()
     if cells:
-        longitudes, latitudes, counts = zip(*cells, strict=True)
+        import numpy as np
+
+        # Arrays, not tuples: matplotlib makes a masked array of a sequence one element at a time, which
+        # took half the drawing time of a species with some thousands of cells. The same pixels either way.
+        grid = np.array(cells, dtype=np.float64).reshape(-1, 3)
+        longitudes, latitudes = grid[:, 0], grid[:, 1]
+        counts = np.array([count for _, _, count in cells], dtype=np.int64)
         axes.scatter(longitudes, latitudes, c=counts, s=9, cmap="viridis", marker="s", linewidths=0)
         # Degrees of longitude shrink with latitude: equal metres on both axes at the points' latitude.
-        middle = (min(latitudes) + max(latitudes)) / 2
+        middle = (float(latitudes.min()) + float(latitudes.max())) / 2
         axes.set_aspect(1 / max(0.2, _cos_degrees(middle)), adjustable="datalim")
     else:
         axes.text(0.5, 0.5, "no point", ha="center", va="center", transform=axes.transAxes)
