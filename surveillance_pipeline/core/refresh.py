@@ -187,7 +187,7 @@ def refresh_partition(
             )
         if previous_key == job_key and edited is None:
             if outermost:
-                commit_skip_without_waiting(conn)
+                commit_without_waiting_for_disk(conn)
             outcome = RefreshOutcome(
                 SKIPPED, NOTHING_CHANGED, job_key, parts.as_dict(), previous_rows, previous_key
             )
@@ -227,13 +227,15 @@ def refresh_partition(
     return outcome
 
 
-def commit_skip_without_waiting(conn: psycopg.Connection) -> None:
-    """Let the caller's transaction, which records a skip and changes no rows, commit without waiting
-    for its WAL to reach the disk (``synchronous_commit`` off for this transaction only).
+def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
+    """Let the caller's transaction commit without waiting for its WAL to reach the disk
+    (``synchronous_commit`` off for this transaction only), for transactions whose loss costs nothing: a
+    skip's (it changes no rows) and a geocoder call's pending row (places/ledger.py).
 
-    That wait is most of what a skip costs (a few ms each, 71 per asset and run). A server crash within
-    the next fraction of a second can lose such a transaction whole, never half of it: a provenance row
-    saying "skipped", over rows and state rows that it did not change. A load's transaction still waits.
+    That wait is most of what a skip costs (a few ms each, 71 per asset and run). The commit is visible
+    at once and survives the process's death; only a server crash within the next fraction of a second
+    can lose such a transaction, whole, never half of it: a provenance row saying "skipped", over rows and
+    state rows that it did not change. A load's transaction still waits.
     """
     conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
 
@@ -315,7 +317,7 @@ def record_provenance(
     ):
         # A skip's row alone, in a transaction of its own, committed without waiting (as a skip in one).
         with conn.transaction():
-            commit_skip_without_waiting(conn)
+            commit_without_waiting_for_disk(conn)
             return _insert_provenance(conn, run_id, asset, partition_key, outcome, detail)
     return _insert_provenance(conn, run_id, asset, partition_key, outcome, detail)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
-from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.core.refresh import commit_without_waiting_for_disk, ensure_state_tables
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.geocoding.service import Geocoder
 
@@ -65,6 +65,11 @@ def geocode_missing(conn: psycopg.Connection, geocoder: Geocoder, texts_by_key: 
                 reused += 1
                 continue
             with conn.transaction():
+                # The attempt need not wait for its WAL flush (a few ms, thousands of calls in a first
+                # run): once committed it survives this process's death, which is what it guards
+                # against; only a server crash could lose it, and a lost pending row costs nothing, as a
+                # pending call is asked again anyway. The answer's commit below still waits.
+                commit_without_waiting_for_disk(conn)
                 conn.execute(
                     load_sql(PACKAGE, "upsert_geocode_call_pending"),
                     {"service": geocoder.service, "key": key},
