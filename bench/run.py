@@ -752,6 +752,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-derive", action="store_true", help="only gbif_derived vs DuckDB: derive.md")
     parser.add_argument("--derive-reps", type=int, default=3, help="alternating pairs in the derive section")
     parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
+    parser.add_argument(
+        "--only-regions", action="store_true", help="only region_assignment: bench/regions.md"
+    )
+    parser.add_argument(
+        "--region-sizes",
+        type=lambda text: [int(size) for size in text.split(",") if size.strip()],
+        default=[1_000_000, 5_000_000],
+        help="records of the one bench species in the regions section, comma-separated",
+    )
     parser.add_argument("--download-reps", type=int, default=1, help="repetitions in the download section")
     parser.add_argument(
         "--download-rss-cap-gb",
@@ -788,6 +797,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only_derive:
         return run_derive_only(args, argv)
+    if args.only_regions:
+        from bench import regions
+
+        with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
+            print(
+                regions.run_only(server_url, Path(folder), args.out, args.region_sizes, args.reps, 1, 200_000)
+            )
+        return 0
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

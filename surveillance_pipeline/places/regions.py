@@ -125,8 +125,16 @@ def load_regions(conn: psycopg.Connection, layer: RegionLayer, run_id: str) -> R
 NO_JIT = "SET LOCAL jit = off"
 
 
-def _assignments() -> sql.Composed:
-    return load_sql(PACKAGE, "select_region_assignments").format(regions=sql.Identifier(REGIONS.name))
+def _assignments(occurrences: str, geocoded: str) -> sql.Composed:
+    return load_sql(PACKAGE, "select_region_assignments").format(
+        regions=sql.Identifier(REGIONS.name),
+        occurrences=sql.Identifier(occurrences),
+        geocoded=sql.Identifier(geocoded),
+    )
+
+
+# assign_points' points are the records of this one species in temporary tables.
+POINTS_SPECIES = 0
 
 
 def assign_points(conn: psycopg.Connection, points: list[tuple[int, float, float]]) -> list[tuple[Any, ...]]:
@@ -137,10 +145,21 @@ def assign_points(conn: psycopg.Connection, points: list[tuple[int, float, float
     with conn.transaction():
         conn.execute(NO_JIT)
         conn.execute(load_sql(PACKAGE, "create_assignment_points"))
-        with conn.cursor().copy("COPY assignment_points (id, point_source, geom) FROM STDIN") as copy:
+        with conn.cursor().copy("COPY assignment_points (id, species_id, geom) FROM STDIN") as copy:
             for point_id, longitude, latitude in points:
-                copy.write_row((point_id, "record", f"SRID=4326;POINT({longitude!r} {latitude!r})"))
-        return conn.execute(_assignments()).fetchall()
+                copy.write_row((point_id, POINTS_SPECIES, f"SRID=4326;POINT({longitude!r} {latitude!r})"))
+        conn.execute("ANALYZE assignment_points")
+        return conn.execute(
+            _assignments("assignment_points", "assignment_geocoded"), {"species_id": POINTS_SPECIES}
+        ).fetchall()
+
+
+def insert_assignments(table: sql.Identifier) -> sql.Composed:
+    """The one statement that writes a species' (``%(species_id)s``) assignments into ``table``: straight
+    from occurrences, whose GiST index on geom is what the within test is driven by (no copy of the points
+    first). Run with ``NO_JIT``."""
+    assignments = _assignments(OCCURRENCES.name, GEOCODED_LOCALITIES.name)
+    return load_sql(PACKAGE, "insert_region_assignments").format(table=table, assignments=assignments)
 
 
 def assignment_parts(conn: psycopg.Connection, species: Species, layer: RegionLayer) -> JobKeyParts:
@@ -164,18 +183,7 @@ def refresh_region_assignment(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
         connection.execute(NO_JIT)
-        connection.execute(load_sql(PACKAGE, "create_assignment_points"))
-        connection.execute(
-            load_sql(PACKAGE, "insert_species_points").format(
-                occurrences=sql.Identifier(OCCURRENCES.name),
-                geocoded=sql.Identifier(GEOCODED_LOCALITIES.name),
-            ),
-            {"species_id": species.species_id},
-        )
-        return connection.execute(
-            load_sql(PACKAGE, "insert_region_assignments").format(table=table, assignments=_assignments()),
-            {"species_id": species.species_id},
-        ).rowcount
+        return connection.execute(insert_assignments(table), {"species_id": species.species_id}).rowcount
 
     return refresh_partition(
         conn,

@@ -1,5 +1,13 @@
+-- assign_points' points, in tables of the shape select_region_assignments reads: the points as records
+-- of one species (with occurrences' GiST index on geom), and no geocoded points.
 CREATE TEMPORARY TABLE assignment_points (
-    id           bigint PRIMARY KEY,
-    point_source text   NOT NULL,
-    geom         geometry(Point, 4326) NOT NULL
+    id         bigint  PRIMARY KEY,
+    species_id integer NOT NULL,
+    geom       geometry(Point, 4326) NOT NULL
+) ON COMMIT DROP;
+CREATE INDEX ON assignment_points USING gist (geom);
+CREATE TEMPORARY TABLE assignment_geocoded (
+    id     bigint PRIMARY KEY,
+    status text   NOT NULL,
+    geom   geometry(Point, 4326)
 ) ON COMMIT DROP
