@@ -75,7 +75,7 @@ workers: provision ## Keep N Celery workers running for the distributed profile 
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.orchestration.workers $(or $(N),2)
 
-bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --only-whole-run, --only-masking, --only-derive, --with-10m, --with-20m)
+bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --only-whole-run, --only-masking, --only-derive, --only-regions, --with-10m, --with-20m)
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m bench $(BENCH_ARGS)
 

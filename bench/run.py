@@ -761,6 +761,10 @@ def main(argv: list[str] | None = None) -> int:
         default=[1_000_000, 5_000_000],
         help="records of the one bench species in the regions section, comma-separated",
     )
+    parser.add_argument(
+        "--region-warmup", type=int, default=1, help="untimed pairs before the regions' timed ones"
+    )
+    parser.add_argument("--region-layers", default="", help="lab,natural-earth (empty: both)")
     parser.add_argument("--download-reps", type=int, default=1, help="repetitions in the download section")
     parser.add_argument(
         "--download-rss-cap-gb",
@@ -801,8 +805,17 @@ def main(argv: list[str] | None = None) -> int:
         from bench import regions
 
         with tempfile.TemporaryDirectory(prefix="surveillance-bench-") as folder:
+            work = Path(folder)
             print(
-                regions.run_only(server_url, Path(folder), args.out, args.region_sizes, args.reps, 1, 200_000)
+                regions.run_only(
+                    server_url,
+                    work,
+                    args.out,
+                    args.region_sizes,
+                    args.reps,
+                    warmup=args.region_warmup,
+                    chosen=[name for name in args.region_layers.split(",") if name],
+                )
             )
         return 0
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
