@@ -736,6 +736,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only-distributed", action="store_true", help="only the distributed profile: bench/distributed.md"
     )
     parser.add_argument("--distributed-reps", type=int, default=1, help="repetitions of the speed-up")
+    parser.add_argument(
+        "--only-distributed-run",
+        nargs="?",
+        const="download,lab,kills",
+        help="only make run under the profile and a dead worker's cost (bench/distributed_run.py): parts",
+    )
     parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
     parser.add_argument("--download-reps", type=int, default=1, help="repetitions in the download section")
     parser.add_argument(
@@ -750,6 +756,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_downloads_only(args, server_url)
     if args.only_distributed:
         return run_distributed_only(args, server_url)
+    if args.only_distributed_run:
+        from bench.distributed_run import main as distributed_run_main
+
+        return distributed_run_main(args.only_distributed_run, args.distributed_reps, args.out, machine())
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
