@@ -271,7 +271,7 @@ def measure_side_by_side(
                         seconds[variant].append(place.make_run(logs, f"{variant}-{rep}"))
                 log(f"{label}: {variant} {seconds[variant][-1]:.1f} s, load {load()}")
             reference = by_variant["local"].fingerprint()
-            for variant in names[1:]:
+            for variant in (name for name in names if name != "local"):
                 differ = compare(reference, by_variant[variant].fingerprint())
                 if not by_variant[variant].loaded_once():
                     differ.append("a table partition loaded twice")
