@@ -751,6 +751,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only-derive", action="store_true", help="only gbif_derived vs DuckDB: derive.md")
     parser.add_argument("--derive-reps", type=int, default=3, help="alternating pairs in the derive section")
+    parser.add_argument(
+        "--only-distributed-run",
+        nargs="?",
+        const="download,lab,kills",
+        help="only make run under the profile and a dead worker's cost (bench/distributed_run.py): parts",
+    )
     parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
     parser.add_argument(
         "--only-regions", action="store_true", help="only region_assignment: bench/regions.md"
@@ -818,6 +824,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         return 0
+    if args.only_distributed_run:
+        from bench.distributed_run import main as distributed_run_main
+
+        return distributed_run_main(args.only_distributed_run, args.distributed_reps, args.out, machine())
     sizes = sorted(set(args.sizes + ([10_000_000] if args.with_10m else [])))
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

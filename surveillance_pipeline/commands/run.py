@@ -41,8 +41,8 @@ from surveillance_pipeline.orchestration.dagster_internals import (
 )
 from surveillance_pipeline.orchestration.distributed import (
     is_distributed,
-    partition_ranges,
     partition_writers,
+    side_by_side_ranges,
 )
 from surveillance_pipeline.orchestration.jobs import (
     BATCH_DAYS_JOB,
@@ -91,11 +91,11 @@ def run_plan(
     days = add_batch_days(instance, batch_days_present(root))
     return [
         (OBSERVE_SOURCES_JOB, {}),
-        # One run in one process; under the distributed profile, runs of SURVEILLANCE_PARTITIONS_PER_RUN
-        # species, executed side by side (run_all_partitions), as a backfill splits them.
+        # One run in one process; under the distributed profile, one run per writer slot, executed side
+        # by side (run_all_partitions).
         *(
             (SPECIES_ASSETS_JOB, partition_range_tags(first, last))
-            for first, last in partition_ranges(species)
+            for first, last in side_by_side_ranges(species)
         ),
         (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
         (WHOLE_TARGET_ASSETS_JOB, {}),

@@ -183,3 +183,13 @@ def test_private_dagster_attributes_are_read_only_in_the_fence():
             if name in PRIVATE_ATTRIBUTES:
                 offenders.append(f"{path.relative_to(PROJECT)}:{node.lineno}: {name}")
     assert offenders == []
+
+
+def test_dagster_celerys_run_loop_pauses_on_the_tick_the_distributed_executor_sets():
+    """distributed.py shortens the pause between the run loop's looks at its steps by setting the module
+    global dagster-celery reads at each pause: an upgrade that renames it would undo that silently."""
+    import inspect
+
+    from dagster_celery import core_execution_loop
+
+    assert "time.sleep(TICK_SECONDS)" in inspect.getsource(core_execution_loop)

@@ -13,7 +13,7 @@ from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.sensors import batches_sensor
-from surveillance_pipeline.orchestration.distributed import partition_ranges
+from surveillance_pipeline.orchestration.distributed import partition_ranges, side_by_side_ranges
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
@@ -215,3 +215,21 @@ def test_under_the_distributed_profile_the_schedule_splits_species_as_a_backfill
         for r in requests
     ] == ranges
     assert len({r.run_key for r in requests}) == len(ranges)
+
+
+def test_make_run_under_the_distributed_profile_runs_one_range_per_writer(monkeypatch):
+    """make run executes at most one species run per writer slot at a time: it makes no more than that."""
+    keys = partition_keys()
+
+    def covered(ranges):
+        return [k for first, last in ranges for k in keys[keys.index(first) : keys.index(last) + 1]]
+
+    assert side_by_side_ranges(keys) == [(keys[0], keys[-1])]
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    monkeypatch.setenv("SURVEILLANCE_PARTITION_WRITERS", "2")
+    monkeypatch.setenv("SURVEILLANCE_PARTITIONS_PER_RUN", "8")
+    ranges = side_by_side_ranges(keys)
+    assert len(ranges) == 2 and covered(ranges) == keys
+    # Never smaller than the runs a backfill makes.
+    monkeypatch.setenv("SURVEILLANCE_PARTITIONS_PER_RUN", str(len(keys)))
+    assert side_by_side_ranges(keys) == [(keys[0], keys[-1])]
