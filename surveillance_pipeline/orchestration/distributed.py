@@ -41,6 +41,7 @@ from surveillance_pipeline.core.settings import (
     profile,
 )
 from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.dagster_internals import set_celery_step_poll_seconds
 from surveillance_pipeline.orchestration.run_health import claim_run_process
 
 # Celery's queue for our steps (dagster-celery's default queue).
@@ -164,11 +165,8 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
             return super().execute(plan_context, execution_plan)
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
-        from dagster_celery import core_execution_loop
-
-        # Read by the loop at each pause (a module global), so set before the run's loop starts; typed as
-        # the int it holds upstream, while time.sleep takes a float.
-        core_execution_loop.TICK_SECONDS = STEP_POLL_SECONDS  # type: ignore[assignment]
+        # Set before the run's loop starts (it reads the value at each pause).
+        set_celery_step_poll_seconds(STEP_POLL_SECONDS)
         made = celery_executor.executor_creation_fn(init_context)  # type: ignore[misc]
         assert isinstance(made, CeleryExecutor)
         arguments = made.app_args()

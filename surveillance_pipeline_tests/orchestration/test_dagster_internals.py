@@ -193,3 +193,9 @@ def test_dagster_celerys_run_loop_pauses_on_the_tick_the_distributed_executor_se
     from dagster_celery import core_execution_loop
 
     assert "time.sleep(TICK_SECONDS)" in inspect.getsource(core_execution_loop)
+    before = core_execution_loop.TICK_SECONDS
+    try:
+        internals.set_celery_step_poll_seconds(0.2)
+        assert core_execution_loop.TICK_SECONDS == 0.2
+    finally:
+        core_execution_loop.TICK_SECONDS = before
