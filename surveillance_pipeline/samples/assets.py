@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from surveillance_pipeline.core.refresh import WHOLE_TARGET
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.orchestration.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
@@ -15,7 +16,11 @@ from surveillance_pipeline.orchestration.reporting import (
 )
 from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
 from surveillance_pipeline.samples.engines import (
+    ENGINES_CHECK,
     duckdb_summary,
+    engines_inputs_key,
+    keep_agreement,
+    kept_agreement,
     postgis_summary,
     python_summary,
     recorded_rules,
@@ -81,8 +86,8 @@ def _drift_table(drift: list[tuple[int, int]]) -> dg.TableMetadataValue:
 
 
 @dg.asset(
-    # Its output is its metadata and data version: it writes no table and no file.
-    metadata=outputs_metadata(),
+    # Its output is its metadata and data version; its check keeps the engines' summaries in a memo.
+    metadata=outputs_metadata(folders=["memos/sample_engines_agree"]),
     group_name="samples",
     deps=[occurrence_sample],
     automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
@@ -107,19 +112,31 @@ def occurrence_sample_summary(context: dg.AssetExecutionContext, warehouse: Ware
 
 @dg.asset_check(
     asset=occurrence_sample_summary,
-    description="PostGIS, DuckDB and plain Python give the same sample count and ids md5.",
+    description="PostGIS, DuckDB and plain Python give the same sample count and ids md5. Over the same "
+    "inputs (the sample's job keys, the derived files' bytes, the rules) it reports the summaries it found "
+    "for them, kept in data/memos/sample_engines_agree/.",
 )
 def sample_engines_agree(warehouse: Warehouse, paths: DataPaths) -> dg.AssetCheckResult:
     derived_paths = {species.slug: paths.derived(species.slug) for species in load_registry()}
+    memo_path = paths.memo(ENGINES_CHECK, WHOLE_TARGET)
     with warehouse.connect() as conn:
         rules = recorded_rules(conn, derived_paths)
+        inputs_key = engines_inputs_key(conn, OCCURRENCE_SAMPLE.name, rules)
+        kept = kept_agreement(memo_path, inputs_key)
+        if kept is not None:
+            return dg.AssetCheckResult(
+                passed=bool(kept["passed"]),
+                metadata={
+                    **kept["summaries"],
+                    "inputs": "unchanged since an earlier check: its summaries reused",
+                },
+            )
         summaries = {
             "postgis": postgis_summary(conn),
             "duckdb": duckdb_summary(rules),
             "python": python_summary(rules),
         }
+    lines = {engine: summary.line() for engine, summary in summaries.items()}
     agree = len({(s.records, s.ids_md5) for s in summaries.values()}) == 1
-    return dg.AssetCheckResult(
-        passed=agree,
-        metadata={engine: summary.line() for engine, summary in summaries.items()},
-    )
+    keep_agreement(memo_path, inputs_key, agree, lines)
+    return dg.AssetCheckResult(passed=agree, metadata=lines)

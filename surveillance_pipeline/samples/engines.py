@@ -3,18 +3,26 @@
 The DuckDB and Python engines read the derived CSV files and apply the row-shaping config that
 ``occurrences`` recorded for each species, then the cap that ``occurrence_sample`` recorded: they recompute
 the sample from the files, they do not read the table. All three must give the same count and ids md5.
+
+Running the file engines costs a pass over every derived file (at 20M records, most of a no-change run and
+2.5 GB), so the check keeps the summaries it found with the key of their inputs (``engines_inputs_key``)
+and, over the same inputs, reports them again instead of recomputing what deterministic engines repeat.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import psycopg
 
+from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
+from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.sql_files import load_sql, sql_text
 from surveillance_pipeline.samples.rules import SampleSummary, pick_sample, summarize_ids
 
@@ -91,3 +99,53 @@ def python_summary(rules: list[SpeciesSampleRule]) -> SampleSummary:
             ]
         picked[rule.species_id] = [gbif_id for gbif_id, _ in pick_sample(ids, rule.cap)]
     return summarize_ids(picked)
+
+
+# The check's name, and its memo's folder under data/memos/.
+ENGINES_CHECK = "sample_engines_agree"
+# Bump when an engine could summarize the same inputs differently: a kept agreement is then not reused.
+ENGINES_VERSION = 1
+
+
+def engines_inputs_key(
+    conn: psycopg.Connection, sample_target: str, rules: list[SpeciesSampleRule]
+) -> str | None:
+    """sha256 of everything the three summaries depend on: the sample's partitions by job key (the caller
+    names its target: samples.load imports this module), the derived files' bytes and the rules read from
+    them; None when an edit of the sample was noted (then only running the engines can tell)."""
+    found = conn.execute(
+        load_sql(PACKAGE, "select_sample_engine_inputs"), {"target": sample_target}
+    ).fetchone()
+    partitions, edits = found if found is not None else ([], 1)
+    if edits:
+        return None
+    document = {
+        "engines": ENGINES_VERSION,
+        "sample": partitions,
+        "rules": [
+            [r.species_id, sha256_file_once(r.derived_path), list(r.licenses), r.require_coordinates, r.cap]
+            for r in sorted(rules, key=lambda rule: rule.species_id)
+        ],
+    }
+    return sha256_hex(canonical_json(document).encode("utf-8"))
+
+
+def kept_agreement(memo_path: Path, inputs_key: str | None) -> dict[str, Any] | None:
+    """The engines' summaries recorded for these inputs by an earlier check, if it recorded any."""
+    if inputs_key is None:
+        return None
+    try:
+        kept = json.loads(memo_path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return kept if isinstance(kept, dict) and kept.get("inputs_key") == inputs_key else None
+
+
+def keep_agreement(memo_path: Path, inputs_key: str | None, passed: bool, lines: dict[str, str]) -> None:
+    """Record the engines' summaries for these inputs: the next check over the same inputs reuses them
+    (each engine is deterministic, so running them again can only repeat them)."""
+    if inputs_key is None:
+        return
+    # No run id or time: the same inputs give the same memo, byte for byte, like every other file.
+    document = {"inputs_key": inputs_key, "passed": passed, "summaries": lines}
+    replace_file(memo_path, (json.dumps(document, sort_keys=True, indent=1) + "\n").encode("utf-8"))

@@ -158,7 +158,19 @@ def test_engines_agree_and_the_check_fails_when_the_table_is_tampered(db, databa
     lines = {name: value.value for name, value in checks[0].metadata.items()}
     assert lines["postgis"] == lines["duckdb"] == lines["python"]
     assert lines["postgis"].startswith("records=200 species=2")
+    assert "inputs" not in lines
 
+    # Nothing changed: the summaries found for these inputs are reported again, not recomputed.
+    again = dg.materialize(
+        [occurrence_sample_summary, sample_engines_agree],
+        instance=instance,
+        resources=resources(database_url, data_dir),
+    ).get_asset_check_evaluations()[0]
+    assert again.passed
+    assert again.metadata["inputs"].value.startswith("unchanged since an earlier check")
+    assert {name: again.metadata[name].value for name in lines} == lines
+
+    # A hand edit is noted by the sample's watch: no reuse, the engines run and disagree.
     db.execute("DELETE FROM occurrence_sample WHERE pick = 7 AND species_id = %s", [DEVIL_ID])
     tampered = dg.materialize(
         [occurrence_sample_summary, sample_engines_agree],
