@@ -91,13 +91,14 @@ def python_summary(rules: list[SpeciesSampleRule]) -> SampleSummary:
     picked: dict[int, list[int]] = {}
     for rule in rules:
         with rule.derived_path.open(newline="", encoding="utf-8") as handle:
-            ids = [
+            # A generator: the ids stream into the pick, which keeps only the cap (not the species).
+            ids = (
                 int(row["id"])
                 for row in csv.DictReader(handle)
                 if (not row["license"] or row["license"] in rule.licenses)
                 and (not rule.require_coordinates or row["longitude"])
-            ]
-        picked[rule.species_id] = [gbif_id for gbif_id, _ in pick_sample(ids, rule.cap)]
+            )
+            picked[rule.species_id] = [gbif_id for gbif_id, _ in pick_sample(ids, rule.cap)]
     return summarize_ids(picked)
 
 

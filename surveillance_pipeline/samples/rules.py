@@ -7,6 +7,7 @@ that does not depend on how rows were stored or read, and that changes little wh
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,8 +19,10 @@ def md5_text(value: object) -> str:
 
 def pick_sample(ids: Iterable[int], cap: int) -> list[tuple[int, int]]:
     """(id, pick) for the first ``cap`` ids by md5 of the id text, then id; pick counts from 1."""
-    ordered = sorted(ids, key=lambda i: (md5_text(i), i))
-    return [(gbif_id, pick) for pick, gbif_id in enumerate(ordered[:cap], start=1)]
+    # The cap smallest keys, not a sort of them all: memory stays at the cap, whatever the species' size
+    # (nsmallest is sorted(...)[:cap], the same ids in the same order).
+    ordered = heapq.nsmallest(cap, ids, key=lambda i: (md5_text(i), i))
+    return [(gbif_id, pick) for pick, gbif_id in enumerate(ordered, start=1)]
 
 
 @dataclass(frozen=True)
