@@ -207,7 +207,7 @@ def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterato
     except FileNotFoundError:
         raise InputError(path, "file", None, "records file is missing: materialize gbif_raw again") from None
     with handle:
-        hashing = _HashingReader(handle, digest)
+        hashing = HashingReader(handle, digest)
         try:
             with gzip.GzipFile(fileobj=hashing, mode="rb") as unzipped:
                 text = io.TextIOWrapper(unzipped, encoding="utf-8", newline="\n")
@@ -225,7 +225,9 @@ def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterato
         )
 
 
-class _HashingReader(io.RawIOBase):
+class HashingReader(io.RawIOBase):
+    """A read-only file that hashes what passes through it (gzip reads a records file through it)."""
+
     def __init__(self, source: IO[bytes], digest: Any) -> None:
         self._source = source
         self._digest = digest

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +28,7 @@ import pyarrow.csv as pa_csv
 
 from surveillance_pipeline.gbif.download_columns import joined_lines
 from surveillance_pipeline.gbif.licenses import normalize_license
-from surveillance_pipeline.gbif.records import RECORD_COLUMNS, unescape
+from surveillance_pipeline.gbif.records import RECORD_COLUMNS, HashingReader, unescape
 from surveillance_pipeline.gbif.registry import TAXON_KEY_FIELDS, Species
 from surveillance_pipeline.gbif.rules import COORDINATE_TERMS, YEAR_RANGE, ZERO_COORDINATE
 
@@ -57,7 +56,7 @@ def derived_blocks(
     previous = 0
     rows = 0
     with handle:
-        hashing = _HashingReader(handle, digest)
+        hashing = HashingReader(handle, digest)
         try:
             with gzip.GzipFile(fileobj=hashing, mode="rb") as unzipped:
                 reader = pa_csv.open_csv(
@@ -217,20 +216,3 @@ def _any(mask: Any) -> bool:
 
 def _sum(mask: pa.Array) -> int:
     return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
-
-
-class _HashingReader(io.RawIOBase):
-    """A read-only file that hashes what passes through it (gzip reads the records file through it)."""
-
-    def __init__(self, source: IO[bytes], digest: Any) -> None:
-        self._source = source
-        self._digest = digest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._source.read(len(buffer))
-        self._digest.update(data)
-        buffer[: len(data)] = data
-        return len(data)
