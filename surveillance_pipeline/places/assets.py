@@ -101,7 +101,9 @@ def region_assignment(
             outcome = regions.refresh_region_assignment(
                 conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id
             )
-            counts = regions.region_counts(conn, species_by_slug(slug))
+            counts = regions.outcome_region_counts(
+                conn, species_by_slug(slug), outcome, paths.memo(regions.REGION_ASSIGNMENT.name, slug)
+            )
             return outcome_report(
                 outcome,
                 table="region_assignment",

@@ -8,12 +8,14 @@ import random
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.districts import lab_districts_geojson, lab_layer_path
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
-from surveillance_pipeline.places.regions import RegionLayer, assign_points, load_regions
+from surveillance_pipeline.places.regions import RegionLayer, assign_points, load_regions, region_counts
 from surveillance_pipeline_tests.support.pipeline import DEVIL, metadata, resources
 
 pytestmark = [pytest.mark.db]
@@ -147,6 +149,11 @@ def _assignment_md5(db) -> str:
 
 
 @pytest.mark.dagster
+def _counted(db) -> list[dict]:
+    """region_counts of the devil, read now, as the UI's table shows it."""
+    return [vars(count) for count in region_counts(db, species_by_slug(DEVIL))]
+
+
 def test_region_assignment_loads_skips_and_reloads_for_another_layer(db, database_url, data_dir, shared_data):
     with dg.instance_for_test() as instance:
         first = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
@@ -172,6 +179,27 @@ def test_region_assignment_loads_skips_and_reloads_for_another_layer(db, databas
         again = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
         assert (again["action"], again["reason"]) == ("skipped", "nothing changed")
         assert _assignment_md5(db) == before
+        # The skip shows the counts its load kept under the job key, without counting the rows again:
+        # counts planted in the memo under the same key are what it shows.
+        memo_path = data_dir / "memos" / "region_assignment" / f"{DEVIL}.json"
+        memo = json.loads(memo_path.read_text())
+        assert memo["job_key"] == again["job_key"] == first["job_key"]
+        assert again["regions"] == first["regions"] == _counted(db)
+        planted = [{**count, "within": count["within"] + 1000} for count in first["regions"]]
+        memo["counts"] = [[c["region_id"], c["name"], c["within"], c["nearest"]] for c in planted]
+        memo_path.write_text(json.dumps(memo))
+        shown = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
+        assert shown["action"] == "skipped" and shown["regions"] == planted
+
+        # A hand edit: the next run repairs the partition and counts its rows again, never trusting a memo.
+        db.execute("UPDATE region_assignment SET region_id = 'TAS-N' WHERE region_id = 'TAS-S'")
+        db.commit()
+        assert _counted(db) != first["regions"]
+        repaired = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
+        assert repaired["action"] == "loaded" and repaired["reason"].startswith(EDITED_OUTSIDE)
+        assert repaired["regions"] == first["regions"] == _counted(db)
+        assert _assignment_md5(db) == before
+        assert json.loads(memo_path.read_text())["counts"] == [list(c.values()) for c in first["regions"]]
 
         natural_earth = {"layer": str(shared_data / NATURAL_EARTH), "id_property": "iso_3166_2"}
         other = metadata(_materialize(instance, database_url, data_dir, natural_earth), "region_assignment")
