@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import INTEGER_TERMS, TEXT_TERMS, escape
 from surveillance_pipeline.gbif.rules import (
@@ -136,7 +136,9 @@ def describe_download(path: Path, sha256: str | None = None) -> DownloadInfo:
     archive = _open_zip(path)
     with archive:
         names = archive.namelist()
-        file_sha256 = sha256 or sha256_file(path)
+        # Remembered in this process: make run observes the folder, then gbif_raw reads it (the zip is
+        # hashed once, not once per run of the process).
+        file_sha256 = sha256 or sha256_file_once(path)
         if "meta.xml" in names:
             layout = core_layout(path, _parse_xml(path, archive, "meta.xml"))
             key, doi, query, created = _key_from_name(path), None, None, None
