@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -48,6 +49,8 @@ RECORDS_FORMAT = 1
 # Level 1: a records file is written once per download version and read by derive; a stronger level
 # would cost several times the time for a third less disk.
 GZIP_LEVEL = 1
+# Lines joined into one write (RecordsWriter.write_lines): some 1 MB of text.
+WRITE_BLOCK_LINES = 8192
 GZIP_BLOCK = 1 << 20
 
 _ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
@@ -126,10 +129,13 @@ class RecordsWriter:
         self._buffer = io.TextIOWrapper(self._gzip, encoding="utf-8", newline="\n", write_through=False)
 
     def write_lines(self, lines: Iterable[str]) -> None:
-        """Lines already ending in ``\\n``."""
-        for line in lines:
-            self._buffer.write(line)
-            self.rows += 1
+        """Lines already ending in ``\\n``, handed on joined a block at a time (a write per line was half
+        the cost of writing an index part). The gzip bytes do not depend on how the text is cut: deflate
+        without a flush waits for more input rather than emit early."""
+        stream = iter(lines)
+        while block := list(itertools.islice(stream, WRITE_BLOCK_LINES)):
+            self._buffer.write("".join(block))
+            self.rows += len(block)
 
     def commit(self) -> str:
         """Close, rename over the target, and return the file's sha256."""
