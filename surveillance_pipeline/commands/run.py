@@ -18,7 +18,7 @@ import subprocess  # noqa: S404  # this module's own runs, side by side
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -29,7 +29,8 @@ from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
 from surveillance_pipeline.definitions import defs, table_targets
-from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.gbif.download_index import open_downloads
+from surveillance_pipeline.gbif.registry import load_registry, partition_keys
 from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
@@ -53,6 +54,7 @@ from surveillance_pipeline.orchestration.jobs import (
 from surveillance_pipeline.orchestration.partitions import add_batch_days
 from surveillance_pipeline.orchestration.pools import ensure_pool_limits
 from surveillance_pipeline.orchestration.reporting import failed_partitions, partition_range_tags
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource
 from surveillance_pipeline.orchestration.run_config import quiet_run_config
 from surveillance_pipeline.planning.plan import ORDER as PLAN_ORDER
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
@@ -65,6 +67,8 @@ ASSET_ORDER = PLAN_ORDER
 # make run's own argument for a child that executes one run (_in_processes), and the line it prints.
 ONE_RUN = "--one-run"
 RUN_ID_LINE = "run id: "
+# How often make run looks for a finished child run (_in_processes).
+CHILD_POLL_SECONDS = 0.1
 # Errors whose text was written for the user (it names the file, line and field): shown without a class.
 USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__})
 
@@ -83,10 +87,14 @@ def batch_days_present(root: Path) -> list[str]:
 
 
 def run_plan(
-    instance: dg.DagsterInstance, root: Path, species: list[str] | None = None
+    instance: dg.DagsterInstance,
+    root: Path,
+    species: list[str] | None = None,
+    weights: Mapping[str, int] | None = None,
 ) -> list[tuple[str, dict[str, str]]]:
-    """The runs of ``make run``, in order: each job and its run tags (over ``species``, default all). The
-    days with a batch file become partitions first (as batches_sensor adds them)."""
+    """The runs of ``make run``, in order: each job and its run tags (over ``species``, default all; split
+    by ``weights``, records per species, when given). The days with a batch file become partitions first
+    (as batches_sensor adds them)."""
     species = species or partition_keys()
     days = add_batch_days(instance, batch_days_present(root))
     return [
@@ -95,11 +103,42 @@ def run_plan(
         # by side (run_all_partitions).
         *(
             (SPECIES_ASSETS_JOB, partition_range_tags(first, last))
-            for first, last in side_by_side_ranges(species)
+            for first, last in side_by_side_ranges(species, weights)
         ),
         (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1])),
         (WHOLE_TARGET_ASSETS_JOB, {}),
     ]
+
+
+def download_weights(definitions: dg.Definitions) -> dict[str, int] | None:
+    """Records per species in the downloads gbif_raw will read, so make run can split species by work
+    under the distributed profile; None otherwise (locally, or searching GBIF's API or the lab).
+
+    The downloads' index is built here when it is missing: the same index, built the same way under the
+    same lock, that gbif_raw builds and then finds (each version once). A download the index refuses is
+    left to gbif_raw, which fails naming its file, line and field; the split is then by count.
+    """
+    resources = definitions.resources or {}
+    gbif, paths = resources.get("gbif"), resources.get("paths")
+    if not is_distributed() or not isinstance(gbif, GbifSource) or not isinstance(paths, DataPaths):
+        return None
+    started = time.perf_counter()
+    try:
+        if not gbif.reads_downloads():
+            return None
+        folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=True)
+    except (InputError, ValueError):
+        return None  # gbif_raw's step says what is wrong (a bad GBIF_SOURCE, a bad download)
+    weights: Counter[str] = Counter()
+    for index in folder.indexes:
+        for slug, part in (index.parts if index is not None else {}).items():
+            weights[slug] += part.records
+    print(
+        f"make run: {len(folder.downloads)} download(s) indexed, {sum(weights.values())} records of "
+        f"{len(weights)} species, split over the workers by records ({time.perf_counter() - started:.1f} s)",
+        flush=True,
+    )
+    return dict(weights)
 
 
 def run_all_partitions(
@@ -120,12 +159,13 @@ def run_all_partitions(
     # steps to the workers and waits for them. (Side by side in threads of one process, make run under the
     # profile did not finish in test_distributed's 900 s: Dagster's run execution and dagster-celery's
     # result polling are written for a run's own process, as the daemon gives each run.)
-    for job_name, group in itertools.groupby(run_plan(instance, root), key=lambda entry: entry[0]):
-        batch = [tags for _, tags in group]
+    plan = run_plan(instance, root, weights=download_weights(definitions))
+    for _, group in itertools.groupby(plan, key=_side_by_side_stage):
+        batch = list(group)
         if len(batch) == 1:
-            done = [execute_job(instance, definitions, job_name, batch[0])]
+            done = [execute_job(instance, definitions, *batch[0])]
         else:
-            found = [instance.get_run_by_id(run_id) for run_id in _in_processes(job_name, batch)]
+            found = [instance.get_run_by_id(run_id) for run_id in _in_processes(batch)]
             done = [run for run in found if run is not None]
         runs += done
         if any(
@@ -154,28 +194,44 @@ def execute_job(
     )
 
 
-def _in_processes(job_name: str, batch: list[dict[str, str]]) -> list[str]:
-    """Each of ``batch`` (a run's tags) as a run of ``job_name`` in a process of its own, at most
+def _side_by_side_stage(entry: tuple[str, dict[str, str]]) -> str:
+    """Consecutive runs with the same stage go side by side: under the distributed profile the species
+    runs and the days' run (occurrence_batches reads only the batch files, so it takes a worker as soon
+    as a species run leaves one, not after the last); otherwise each job is its own stage."""
+    job_name = entry[0]
+    if is_distributed() and job_name in (SPECIES_ASSETS_JOB, BATCH_DAYS_JOB):
+        return SPECIES_ASSETS_JOB
+    return job_name
+
+
+def _in_processes(batch: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """Each of ``batch`` (a job and a run's tags) as a run in a process of its own, at most
     ``partition_writers()`` at once (one per worker the pools admit: more runs would only wait for a slot,
     each holding its own connections to both databases); the runs' ids, in ``batch``'s order."""
     waiting = list(enumerate(batch))
-    running: list[tuple[int, subprocess.Popen[str]]] = []
+    running: list[tuple[int, str, subprocess.Popen[str]]] = []
     run_ids: dict[int, str] = {}
     while waiting or running:
         while waiting and len(running) < partition_writers():
-            index, tags = waiting.pop(0)
+            index, (job_name, tags) = waiting.pop(0)
             command = [sys.executable, "-m", "surveillance_pipeline.commands.run", ONE_RUN, job_name]
             # This module, fixed arguments, no shell.
             child = subprocess.Popen([*command, json.dumps(tags)], stdout=subprocess.PIPE, text=True)  # noqa: S603
-            running.append((index, child))
-        index, child = running.pop(0)
-        output, _ = child.communicate()
-        lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
-        if child.returncode != 0 or not lines:
-            raise RuntimeError(
-                f"make run: the {job_name} run in process {child.pid} ended with {child.returncode}"
-            )
-        run_ids[index] = lines[-1].removeprefix(RUN_ID_LINE)
+            running.append((index, job_name, child))
+        # Whichever run ends first frees its slot for the next (a child prints one line: its pipe never
+        # fills while it waits here).
+        while not (ended := [entry for entry in running if entry[2].poll() is not None]):
+            time.sleep(CHILD_POLL_SECONDS)
+        for entry in ended:
+            running.remove(entry)
+            index, job_name, child = entry
+            output, _ = child.communicate()
+            lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
+            if child.returncode != 0 or not lines:
+                raise RuntimeError(
+                    f"make run: the {job_name} run in process {child.pid} ended with {child.returncode}"
+                )
+            run_ids[index] = lines[-1].removeprefix(RUN_ID_LINE)
     return [run_ids[index] for index in sorted(run_ids)]
 
 

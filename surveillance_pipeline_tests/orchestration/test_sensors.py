@@ -13,7 +13,12 @@ from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.assets import occurrence_batches
 from surveillance_pipeline.ledger.sensors import batches_sensor
-from surveillance_pipeline.orchestration.distributed import partition_ranges, side_by_side_ranges
+from surveillance_pipeline.orchestration.distributed import (
+    SPECIES_WEIGHT,
+    balanced_ranges,
+    partition_ranges,
+    side_by_side_ranges,
+)
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
@@ -233,3 +238,40 @@ def test_make_run_under_the_distributed_profile_runs_one_range_per_writer(monkey
     # Never smaller than the runs a backfill makes.
     monkeypatch.setenv("SURVEILLANCE_PARTITIONS_PER_RUN", str(len(keys)))
     assert side_by_side_ranges(keys) == [(keys[0], keys[-1])]
+
+
+def test_make_run_splits_species_by_records_when_the_downloads_say_how_many(monkeypatch):
+    """Under the distributed profile, the same number of ranges, cut where each holds its share of the
+    records: one big species no longer leaves a worker alone with its range."""
+    keys = partition_keys()
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    monkeypatch.setenv("SURVEILLANCE_PARTITION_WRITERS", "2")
+    monkeypatch.setenv("SURVEILLANCE_PARTITIONS_PER_RUN", "8")
+    big = keys[50]
+    weights = {key: 1_000 for key in keys} | {big: 400_000}
+    ranges = side_by_side_ranges(keys, weights)
+    assert len(ranges) == 2
+    (first, end), (start, last) = ranges
+    assert (first, last) == (keys[0], keys[-1]) and keys.index(start) == keys.index(end) + 1
+    # The big species and the few beside it in one range; every other species in the other.
+    assert keys.index(end) > len(keys) // 2 and keys.index(start) <= keys.index(big)
+    share = [
+        sum(weights[k] + SPECIES_WEIGHT for k in keys[keys.index(a) : keys.index(b) + 1]) for a, b in ranges
+    ]
+    assert abs(share[0] - share[1]) <= max(weights.values()) + SPECIES_WEIGHT
+    # Without weights, or locally, the split is by count as before.
+    assert side_by_side_ranges(keys) == side_by_side_ranges(keys, None)
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "local")
+    assert side_by_side_ranges(keys, weights) == [(keys[0], keys[-1])]
+
+
+def test_balanced_ranges_cover_every_key_once_in_order():
+    keys = [f"k{i:02d}" for i in range(10)]
+    for count in (1, 2, 3, 10, 12):
+        for weights in ([1] * 10, [100, *[1] * 9], [*[1] * 9, 100], list(range(10))):
+            ranges = balanced_ranges(keys, weights, count)
+            covered = [k for a, b in ranges for k in keys[keys.index(a) : keys.index(b) + 1]]
+            assert covered == keys and len(ranges) == min(count, len(keys))
+    assert balanced_ranges([], [], 2) == []
+    assert balanced_ranges(keys, [1] * 10, 2) == [("k00", "k04"), ("k05", "k09")]
+    assert balanced_ranges(keys, [*[1] * 9, 100], 2) == [("k00", "k08"), ("k09", "k09")]
