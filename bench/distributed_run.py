@@ -168,7 +168,25 @@ class Place:
         if completed.returncode != 0:
             tail = (logs / f"{label}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"make run ({label}) ended {completed.returncode}: {tail}")
+        (logs / f"{label}.timeline").write_text(self.timeline(), encoding="utf-8")
         return seconds
+
+    def timeline(self) -> str:
+        """Each run's and step's start and end, seconds from the first run's start, from Dagster's event
+        log: where a make run's time went, and what ran side by side."""
+        with psycopg.connect(self.storage, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT run_id, step_key, dagster_event_type, extract(epoch FROM timestamp) FROM event_logs"
+                " WHERE dagster_event_type = ANY(%s) ORDER BY timestamp, id",
+                [["PIPELINE_START", "PIPELINE_SUCCESS", "PIPELINE_FAILURE", "STEP_START", "STEP_SUCCESS"]],
+            ).fetchall()
+        if not rows:
+            return ""
+        origin = float(rows[0][3])
+        return "".join(
+            f"{float(at) - origin:8.2f} {run_id[:8]} {kind:<16} {step or ''}\n"
+            for run_id, step, kind, at in rows
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         """Each table's row count and rows' md5, each file's sha256 (downloads/, the input, left out)."""
