@@ -77,7 +77,7 @@ REGION_COUNTS_SCHEMA = dg.TableSchema(
 
 
 @species_asset(
-    metadata=outputs_metadata(tables=["region_assignment", "regions"]),
+    metadata=outputs_metadata(tables=["region_assignment", "regions"], folders=["memos/region_assignment"]),
     group_name="places",
     deps=[dg.AssetKey("occurrences"), geocoded_localities],
     code_version=regions.REGION_ASSIGNMENT.code_version,

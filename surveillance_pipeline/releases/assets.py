@@ -220,7 +220,9 @@ class MaskedReleaseConfig(dg.Config):
 @species_asset(
     group_name="releases",
     deps=[dg.AssetKey("occurrences")],
-    metadata=outputs_metadata(folders=[MASKED_RELEASE, f"figures/{MASKED_RELEASE}"]),
+    metadata=outputs_metadata(
+        folders=[MASKED_RELEASE, f"figures/{MASKED_RELEASE}", f"memos/{MASKED_RELEASE}"]
+    ),
     code_version=f"masking-v{MASKING_VERSION}.format-v{EXPORT_FORMAT}",
     pool=MASKED_RELEASE,
     description="data/masked_release/<slug>/: the species' occurrences, each point moved between min_m and "
@@ -237,7 +239,12 @@ def masked_release(
         def release_partition(slug: str) -> PartitionReport:
             folder = paths.partition(MASKED_RELEASE, slug)
             outcome, release = release_masked_partition(
-                conn, slug=slug, rules=rules, folder=folder, run_id=context.run.run_id
+                conn,
+                slug=slug,
+                rules=rules,
+                folder=folder,
+                run_id=context.run.run_id,
+                stamps=paths.memo(MASKED_RELEASE, slug),
             )
             counts = release.displacement_counts
 

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
-from surveillance_pipeline.core.partition_files import replace_partition_folder, write_file_durably
+from surveillance_pipeline.core.partition_files import (
+    replace_file,
+    replace_partition_folder,
+    write_file_durably,
+)
 
 EXPORT_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -469,17 +473,75 @@ def manifest_bytes(
     return (json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def export_is_current(folder: Path, job_key: str) -> bool:
-    """True when the folder's manifest names ``job_key`` and every file it lists has its recorded sha256."""
+def export_is_current(folder: Path, job_key: str, stamps: Path | None = None) -> bool:
+    """True when the folder's manifest names ``job_key`` and every file it lists has its recorded sha256.
+
+    With ``stamps`` (a memo written by ``remember_export_stamps``), a file whose stamp is the one kept
+    for its sha256 is not read again; any other is hashed, and the stamps of a current export are kept.
+    """
     try:
         manifest = json.loads((folder / MANIFEST).read_bytes())
     except (FileNotFoundError, json.JSONDecodeError):
         return False
     if manifest.get("job_key") != job_key:
         return False
-    return all(
-        (folder / name).is_file() and sha256_file(folder / name) == entry["sha256"]
-        for name, entry in manifest.get("files", {}).items()
+    kept = _read_stamps(stamps) if stamps is not None else {}
+    seen: dict[str, list[Any]] = {}
+    for name, entry in manifest.get("files", {}).items():
+        path = folder / name
+        if not path.is_file():
+            return False
+        stamp = [*file_stamp(path), entry["sha256"]]
+        if kept.get(name) != stamp and sha256_file(path) != entry["sha256"]:
+            return False
+        seen[name] = stamp
+    if stamps is not None and seen != kept:
+        _write_stamps(stamps, seen)
+    return True
+
+
+# The export stamps: what lets a skip trust an unchanged file without reading it. Any write to a file, in
+# place or by replacing it, changes its size, inode or change time (ctime, which no tool can set back, as
+# ``touch`` sets back mtime), so a file with the stamp kept for a sha256 still has those bytes. The one
+# blind spot is a second write of the same size within the filesystem's clock tick (some milliseconds) of
+# the stamp being taken; only the pipeline writes then, under its locks. ``make verify`` never trusts
+# stamps: it hashes every file.
+STAMPS_VERSION = 1
+
+
+def file_stamp(path: Path) -> tuple[int, int, int, int, int]:
+    """What changes whenever the file's bytes do: device, inode, size, mtime and ctime (nanoseconds)."""
+    found = path.stat()
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+def remember_export_stamps(folder: Path, stamps: Path) -> None:
+    """Keep the stamps of the export just published into ``folder``, with the sha256s its manifest gives
+    (the bytes were hashed as they were written)."""
+    manifest = json.loads((folder / MANIFEST).read_bytes())
+    _write_stamps(
+        stamps,
+        {name: [*file_stamp(folder / name), entry["sha256"]] for name, entry in manifest["files"].items()},
+    )
+
+
+def _read_stamps(stamps: Path) -> dict[str, list[Any]]:
+    try:
+        kept = json.loads(stamps.read_bytes())
+    except (OSError, ValueError):
+        return {}  # a missing or damaged memo costs a read of the files, never a wrong skip
+    if (
+        not isinstance(kept, dict)
+        or kept.get("version") != STAMPS_VERSION
+        or not isinstance(kept.get("files"), dict)
+    ):
+        return {}
+    return kept["files"]
+
+
+def _write_stamps(stamps: Path, files: dict[str, list[Any]]) -> None:
+    replace_file(
+        stamps, json.dumps({"version": STAMPS_VERSION, "files": files}, sort_keys=True).encode("utf-8")
     )
 
 

@@ -54,6 +54,7 @@ from surveillance_pipeline.releases.exports import (
     point_bbox,
     publish_export,
     publish_written_export,
+    remember_export_stamps,
 )
 
 if TYPE_CHECKING:
@@ -313,11 +314,14 @@ def build_masked_release(
     *,
     expected_input: str | None = None,
     rebuild: bool = False,
+    stamps: Path | None = None,
 ) -> MaskedRelease:
     """Mask one species and publish it into ``folder`` (swapped in whole), unless it already holds the key.
 
     ``expected_input``: the upstream key the caller needs (a replay); a different one fails the build.
     ``rebuild``: build even when the folder holds the key (a replay proves, it does not trust).
+    ``stamps``: the memo of the files' stamps (exports.export_is_current), so that deciding a skip does not
+    read every file of the release again (0.4 s for a 5M-record download's 71 species).
     """
     # First, whatever a killed run left (a stale staging folder) goes, even when this run then skips.
     recover_partition_folder(folder)
@@ -332,7 +336,7 @@ def build_masked_release(
         parts = masked_release_parts(input_key, rules)
         logical = logical_run_id(slug, input_key)
         seed = derived_seed(logical, STAGE)
-        if not rebuild and export_is_current(folder, parts.key):
+        if not rebuild and export_is_current(folder, parts.key, stamps):
             recorded = last_recorded_output(conn, STAGE, slug)
             same = recorded is not None and recorded.job_key == parts.key
             counts = recorded.detail.get("displacement_counts") if same and recorded is not None else None
@@ -358,6 +362,8 @@ def build_masked_release(
                 geoparquet_export_columns(f"{slug}.parquet", released),
             ]
             manifest = publish_export(folder, files, parts, ORDER, extra)
+            if stamps is not None:
+                remember_export_stamps(folder, stamps)
             return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts)
         import pyarrow as pa
 
@@ -388,6 +394,8 @@ def build_masked_release(
             return [csv.close(), written]
 
         manifest = publish_written_export(folder, write_files, parts, ORDER, extra)
+        if stamps is not None:
+            remember_export_stamps(folder, stamps)
     return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts)
 
 
@@ -421,10 +429,16 @@ def _fsync(path: Path) -> None:
 
 
 def release_masked_partition(
-    conn: psycopg.Connection, *, slug: str, rules: MaskingRules, folder: Path, run_id: str
+    conn: psycopg.Connection,
+    *,
+    slug: str,
+    rules: MaskingRules,
+    folder: Path,
+    run_id: str,
+    stamps: Path | None = None,
 ) -> tuple[RefreshOutcome, MaskedRelease]:
     """Build (or skip) one species' masked release and record it, seed included, in provenance."""
-    release = build_masked_release(conn, slug, rules, folder)
+    release = build_masked_release(conn, slug, rules, folder, stamps=stamps)
     outcome = report_derived_output(
         conn,
         asset=STAGE,

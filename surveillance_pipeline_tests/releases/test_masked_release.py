@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 
 import dagster as dg
@@ -203,3 +204,37 @@ def test_a_config_change_reloads_the_release_with_other_points(db, database_url,
     assert [line.split(",")[0] for line in after.splitlines()] == [
         line.split(",")[0] for line in before.splitlines()
     ]
+
+
+def test_a_skip_trusts_a_release_file_only_while_its_stamp_is_unchanged(
+    db, database_url, postgres_instance, data_dir
+):
+    """A skip reads no release file whose stamp (inode, size, mtime, ctime) is the one kept at its write;
+    a hand edit of the same size, its mtime set back as ``touch -r`` would, still rebuilds the release."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    memo = data_dir / "memos" / "masked_release" / f"{DEVIL}.json"
+    manifest = json.loads((folder / MANIFEST).read_bytes())
+    kept = json.loads(memo.read_bytes())["files"]
+    assert {name: stamp[-1] for name, stamp in kept.items()} == {
+        name: entry["sha256"] for name, entry in manifest["files"].items()
+    }
+    before = _folder_hashes(folder)
+
+    skipped = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
+    assert skipped["action"] == "skipped"
+
+    csv = folder / f"{DEVIL}.csv"
+    original = csv.stat()
+    text = csv.read_bytes()
+    # Same size: one digit of a coordinate changed, then the modification time put back.
+    digit = next(
+        i for i in range(len(text) - 1, 0, -1) if text[i : i + 1].isdigit() and text[i : i + 1] != b"7"
+    )
+    csv.write_bytes(text[:digit] + b"7" + text[digit + 1 :])
+    os.utime(csv, ns=(original.st_atime_ns, original.st_mtime_ns))
+    assert csv.stat().st_size == original.st_size and csv.stat().st_mtime_ns == original.st_mtime_ns
+    assert csv.stat().st_ctime_ns != original.st_ctime_ns
+    rebuilt = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
+    assert rebuilt["action"] == "loaded"
+    assert _folder_hashes(folder) == before
