@@ -50,7 +50,6 @@ from bench.downloads import place_download
 from bench.gbif_download import cached_dwca
 from bench.run import drop_project_tables
 from surveillance_pipeline.core.fault_points import BEFORE_COMMIT, FAULT_POINT_VARIABLE
-from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.settings import DEFAULT_STEP_VISIBILITY_TIMEOUT
 from surveillance_pipeline.core.settings import PROJECT_ROOT as ROOT
 from surveillance_pipeline.definitions import table_targets
@@ -63,6 +62,7 @@ from surveillance_pipeline_tests.support.faults.points import (
     FAULT_ONCE_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
 )
+from surveillance_pipeline_tests.support.pipeline import file_hashes
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
@@ -122,8 +122,6 @@ def rows_md5(conn: psycopg.Connection, table: str) -> str:
     return str(found[0]) if found else ""
 
 
-def file_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 class Place:

@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
@@ -64,10 +65,10 @@ WORKSPACE_FILE = PROJECT_ROOT / "workspace.yaml"
 LAB_DELIVERY_A_DATE = "2026-11-02"
 # The summary lists the assets in the order the plan does (the graph's, upstream first).
 ASSET_ORDER = PLAN_ORDER
-# make run's own argument for a child that executes one run (_in_processes), and the line it prints.
+# make run's own argument for a child that executes one run (_ChildRuns), and the line it prints.
 ONE_RUN = "--one-run"
 RUN_ID_LINE = "run id: "
-# How often make run looks for a finished child run (_in_processes).
+# How often make run looks for a finished child run (_ChildRuns.run_all).
 CHILD_POLL_SECONDS = 0.1
 # Errors whose text was written for the user (it names the file, line and field): shown without a class.
 USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__})
@@ -127,8 +128,8 @@ def download_weights(definitions: dg.Definitions) -> dict[str, int] | None:
         if not gbif.reads_downloads():
             return None
         folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=True)
-    except (InputError, ValueError):
-        return None  # gbif_raw's step says what is wrong (a bad GBIF_SOURCE, a bad download)
+    except (InputError, OSError, ValueError):
+        return None  # gbif_raw's step says what is wrong (a bad GBIF_SOURCE, a bad download, a full disk)
     weights: Counter[str] = Counter()
     for index in folder.indexes:
         for slug, part in (index.parts if index is not None else {}).items():
@@ -159,20 +160,33 @@ def run_all_partitions(
     # steps to the workers and waits for them. (Side by side in threads of one process, make run under the
     # profile did not finish in test_distributed's 900 s: Dagster's run execution and dagster-celery's
     # result polling are written for a run's own process, as the daemon gives each run.)
-    plan = run_plan(instance, root, weights=download_weights(definitions))
-    for _, group in itertools.groupby(plan, key=_side_by_side_stage):
-        batch = list(group)
-        if len(batch) == 1:
-            done = [execute_job(instance, definitions, *batch[0])]
-        else:
-            found = [instance.get_run_by_id(run_id) for run_id in _in_processes(batch)]
-            done = [run for run in found if run is not None]
-        runs += done
-        if any(
-            run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run)
-            for run in done
-        ):
-            break
+    with _ChildRuns() as children, ThreadPoolExecutor(max_workers=1) as background:
+        if is_distributed():
+            # Their imports (seconds) overlap the index and the observation instead of following them.
+            children.start_ahead(partition_writers())
+        # The downloads' index is built beside the observation (a run whose steps are on the workers under
+        # the profile), and the species are split once both are done.
+        weighing = background.submit(download_weights, definitions)
+        observed = execute_job(instance, definitions, OBSERVE_SOURCES_JOB, {})
+        runs.append(observed)
+        if observed.status != dg.DagsterRunStatus.SUCCESS:
+            return runs
+        plan = run_plan(instance, root, weights=weighing.result())
+        if plan[0] != (OBSERVE_SOURCES_JOB, {}):
+            raise AssertionError("make run's plan starts with the observation")
+        for _, group in itertools.groupby(plan[1:], key=_side_by_side_stage):
+            batch = list(group)
+            if len(batch) == 1:
+                done = [execute_job(instance, definitions, *batch[0])]
+            else:
+                found = [instance.get_run_by_id(run_id) for run_id in children.run_all(batch)]
+                done = [run for run in found if run is not None]
+            runs += done
+            if any(
+                run.status != dg.DagsterRunStatus.SUCCESS and not _only_partitions_failed(instance, run)
+                for run in done
+            ):
+                break
     return runs
 
 
@@ -204,41 +218,81 @@ def _side_by_side_stage(entry: tuple[str, dict[str, str]]) -> str:
     return job_name
 
 
-def _in_processes(batch: list[tuple[str, dict[str, str]]]) -> list[str]:
-    """Each of ``batch`` (a job and a run's tags) as a run in a process of its own, at most
-    ``partition_writers()`` at once (one per worker the pools admit: more runs would only wait for a slot,
-    each holding its own connections to both databases); the runs' ids, in ``batch``'s order."""
-    waiting = list(enumerate(batch))
-    running: list[tuple[int, str, subprocess.Popen[str]]] = []
-    run_ids: dict[int, str] = {}
-    while waiting or running:
-        while waiting and len(running) < partition_writers():
-            index, (job_name, tags) = waiting.pop(0)
-            command = [sys.executable, "-m", "surveillance_pipeline.commands.run", ONE_RUN, job_name]
-            # This module, fixed arguments, no shell.
-            child = subprocess.Popen([*command, json.dumps(tags)], stdout=subprocess.PIPE, text=True)  # noqa: S603
-            running.append((index, job_name, child))
-        # Whichever run ends first frees its slot for the next (a child prints one line: its pipe never
-        # fills while it waits here).
-        while not (ended := [entry for entry in running if entry[2].poll() is not None]):
-            time.sleep(CHILD_POLL_SECONDS)
-        for entry in ended:
-            running.remove(entry)
-            index, job_name, child = entry
-            output, _ = child.communicate()
-            lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
-            if child.returncode != 0 or not lines:
-                raise RuntimeError(
-                    f"make run: the {job_name} run in process {child.pid} ended with {child.returncode}"
-                )
-            run_ids[index] = lines[-1].removeprefix(RUN_ID_LINE)
-    return [run_ids[index] for index in sorted(run_ids)]
+class _ChildRuns:
+    """Processes that execute one run each, side by side, for ``run_all_partitions``.
+
+    A child imports the code location (a second or two), then reads its run (job and tags, one JSON line)
+    from its stdin, executes it and prints its id. So children can be started ahead, before make run knows
+    their runs, and take them the moment it does; a child that never gets one reads the end of its stdin
+    and exits.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[subprocess.Popen[str]] = []
+
+    def __enter__(self) -> _ChildRuns:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for child in self._idle:
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait()
+        self._idle.clear()
+
+    def start_ahead(self, count: int) -> None:
+        self._idle += [self._start() for _ in range(count)]
+
+    @staticmethod
+    def _start() -> subprocess.Popen[str]:
+        command = [sys.executable, "-m", "surveillance_pipeline.commands.run", ONE_RUN]
+        # This module, a fixed argument, no shell.
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
+
+    def _launch(self, job_name: str, tags: dict[str, str]) -> subprocess.Popen[str]:
+        child = self._idle.pop(0) if self._idle else self._start()
+        if child.stdin is None:
+            raise RuntimeError("make run: a child run without a stdin")
+        child.stdin.write(json.dumps([job_name, tags]) + "\n")
+        child.stdin.close()
+        return child
+
+    def run_all(self, batch: list[tuple[str, dict[str, str]]]) -> list[str]:
+        """Each of ``batch`` (a job and a run's tags) as a run in a process of its own, at most
+        ``partition_writers()`` at once (one per worker the pools admit: more runs would only wait for a
+        slot, each holding its own connections to both databases); the runs' ids, in ``batch``'s order."""
+        waiting = list(enumerate(batch))
+        running: list[tuple[int, str, subprocess.Popen[str]]] = []
+        run_ids: dict[int, str] = {}
+        while waiting or running:
+            while waiting and len(running) < partition_writers():
+                index, (job_name, tags) = waiting.pop(0)
+                running.append((index, job_name, self._launch(job_name, tags)))
+            # Whichever run ends first frees its slot for the next (a child prints one line: its pipe never
+            # fills while it waits here).
+            while not (ended := [entry for entry in running if entry[2].poll() is not None]):
+                time.sleep(CHILD_POLL_SECONDS)
+            for entry in ended:
+                running.remove(entry)
+                index, job_name, child = entry
+                output, _ = child.communicate()
+                lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
+                if child.returncode != 0 or not lines:
+                    raise RuntimeError(
+                        f"make run: the {job_name} run in process {child.pid} ended with {child.returncode}"
+                    )
+                run_ids[index] = lines[-1].removeprefix(RUN_ID_LINE)
+        return [run_ids[index] for index in sorted(run_ids)]
 
 
-def _one_run(job_name: str, tags_json: str) -> int:
-    """A child of ``_in_processes``: one run of ``job_name`` with the given tags; prints its id."""
+def _one_run() -> int:
+    """A child of ``_ChildRuns``: the run named on stdin (none when stdin ends first); prints its id."""
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    job_name, tags = json.loads(line)
     with dg.DagsterInstance.get() as instance:
-        run = execute_job(instance, defs, job_name, json.loads(tags_json))
+        run = execute_job(instance, defs, job_name, tags)
     print(f"{RUN_ID_LINE}{run.run_id}", flush=True)
     return 0
 
@@ -415,6 +469,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == ONE_RUN:
-        raise SystemExit(_one_run(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 2 and sys.argv[1] == ONE_RUN:
+        raise SystemExit(_one_run())
     raise SystemExit(main())

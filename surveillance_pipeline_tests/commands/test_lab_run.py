@@ -5,7 +5,7 @@ import collections
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.commands.run import run_all_partitions, step_seconds, summarize
+from surveillance_pipeline.commands.run import _ChildRuns, run_all_partitions, step_seconds, summarize
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline_tests.support.pipeline import (
@@ -132,3 +132,13 @@ def test_a_range_run_as_the_ui_launches_it_writes_one_event_per_partition(
         assert data_version(postgres_instance, "occurrences", key) == states[key]
     for asset in ("gbif_raw", "gbif_derived", "occurrences"):
         assert _events_per_partition(postgres_instance, asset) == {key: 1 for key in keys}, asset
+
+
+def test_children_started_ahead_that_get_no_run_exit_cleanly():
+    """Under the distributed profile make run starts its side-by-side children before it knows their runs;
+    when a run of the plan fails first, or the plan has fewer runs, the idle ones must end, not linger."""
+    with _ChildRuns() as children:
+        children.start_ahead(2)
+        started = list(children._idle)
+        assert all(child.poll() is None for child in started)  # importing, or waiting for a run
+    assert [child.returncode for child in started] == [0, 0]

@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.commands.run import download_weights
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import assemble
@@ -27,7 +28,12 @@ from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.licenses import CC_BY, CC_BY_NC, normalize_license
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.records import record_from_fields
-from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, partition_keys, species_by_slug
+from surveillance_pipeline.gbif.registry import (
+    DOWNLOAD_ENDPOINT,
+    load_registry,
+    partition_keys,
+    species_by_slug,
+)
 from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
@@ -403,3 +409,21 @@ def test_a_species_is_found_by_its_backbone_key_as_derive_checks_it(shared_data,
         raw = tmp_path / "raw" / f"{species.slug}.json"
         ingest_species_from_downloads([index], species, raw)
         assert [r["key"] for r in read_raw_snapshot(raw).iter_records(raw)] == expected
+
+
+def test_make_run_weighs_species_by_the_records_the_download_index_gives_them(
+    database_url, data_dir, monkeypatch
+):
+    """Under the distributed profile make run splits species by what the downloads hold for each: it
+    builds the index gbif_raw then finds (the same folder and version), and weighs nothing otherwise."""
+    _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    definitions = assemble(_download_resources(database_url, data_dir))
+    assert download_weights(definitions) is None  # the local profile: one species run, nothing to weigh
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    weights = download_weights(definitions)
+    index = open_downloads(data_dir / "downloads", data_dir / "download_index", load_registry(), build=False)
+    [built] = index.indexes
+    assert built is not None and weights == {slug: part.records for slug, part in built.parts.items()}
+    assert weights == {DEVIL: 3}
+    # Searching GBIF (or the lab) instead of reading downloads: nothing to weigh, nothing built.
+    assert download_weights(assemble(resources(database_url, data_dir))) is None
