@@ -275,7 +275,9 @@ class _ChildRuns:
             for entry in ended:
                 running.remove(entry)
                 index, job_name, child = entry
-                output, _ = child.communicate()
+                # It has exited: its stdout holds all it printed (its stdin is closed, so no communicate).
+                output = child.stdout.read() if child.stdout is not None else ""
+                child.wait()
                 lines = [line for line in output.splitlines() if line.startswith(RUN_ID_LINE)]
                 if child.returncode != 0 or not lines:
                     raise RuntimeError(
