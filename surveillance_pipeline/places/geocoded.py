@@ -32,6 +32,7 @@ from surveillance_pipeline.places.ledger import (
     GeocodeRun,
     LedgerEntry,
     answers_for,
+    answers_stamp,
     entries_checksum,
     geocode_missing,
 )
@@ -94,8 +95,13 @@ def _records_sha256(keyed: list[tuple[int, str]]) -> str:
 
 
 def _parts(records_sha256: str, entries: dict[str, LedgerEntry], service: str) -> JobKeyParts:
-    ledger = entries_checksum(service, entries)
-    checksum = sha256_hex(canonical_json({"records": records_sha256, "ledger": ledger}).encode("utf-8"))
+    return _parts_of_checksums(records_sha256, entries_checksum(service, entries), service)
+
+
+def _parts_of_checksums(records_sha256: str, ledger_checksum: str, service: str) -> JobKeyParts:
+    checksum = sha256_hex(
+        canonical_json({"records": records_sha256, "ledger": ledger_checksum}).encode("utf-8")
+    )
     return GEOCODED_LOCALITIES.key_parts(checksum, {"geocoder": service})
 
 
@@ -134,7 +140,7 @@ def refresh_geocoded_localities(
         memo = _read_memo(memo_path, memo_key)
         if memo is not None:
             try:
-                return _refresh_from_memo(conn, memo, species, raw_path, geocoder, salt, run_id)
+                return _refresh_from_memo(conn, memo, memo_path, species, raw_path, geocoder, salt, run_id)
             except _MemoStale:
                 pass  # rolled back: nothing was written; the whole path below decides
     records = localities_to_geocode(raw_path, species)
@@ -142,6 +148,7 @@ def refresh_geocoded_localities(
     run = geocode_missing(conn, geocoder, {key: text for text, key in key_of.items()})
     keyed = [(r.id, key_of[r.normalized]) for r in records]
     used: dict[str, list[object]] = {}
+    ledger: dict[str, Any] = {}
 
     def parts(connection: psycopg.Connection) -> JobKeyParts:
         entries = answers_for(connection, geocoder.service, key_of.values())
@@ -149,6 +156,11 @@ def refresh_geocoded_localities(
         if missing:
             raise StaleInputError(f"{len(missing)} localities of {species.slug} have no geocoder answer yet")
         used.update({key: entry.as_list() for key, entry in entries.items()})
+        # Read while the entries are share-locked: the stamp is of these very entries.
+        ledger.update(
+            stamp=answers_stamp(connection, geocoder.service, key_of.values()),
+            checksum=entries_checksum(geocoder.service, entries),
+        )
         return geocoded_parts(keyed, entries, geocoder.service)
 
     outcome = refresh_partition(
@@ -160,9 +172,9 @@ def refresh_geocoded_localities(
         run_id=run_id,
         partition_value=species.species_id,
     )
-    if memo_path is not None and memo_key is not None:
-        _write_memo(memo_path, memo_key, keyed)
     found = sum(1 for _, key in keyed if used.get(key, [None, None])[1] == "found")
+    if memo_path is not None and memo_key is not None:
+        _write_memo(memo_path, memo_key, keyed, {**ledger, "found": found})
     return GeocodedOutcome(outcome, run, len(keyed), found)
 
 
@@ -220,11 +232,14 @@ def _read_memo(path: Path, memo_key: str) -> dict[str, Any] | None:
     return memo
 
 
-def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]]) -> None:
+def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]], ledger: dict[str, Any]) -> None:
+    """``ledger``: the stamp and checksum of the ledger entries the rows were made from, and how many
+    records they found: a skip whose entries have the same stamp uses the checksum without reading them."""
     memo = {
         "key": memo_key,
         "records_sha256": _records_sha256(keyed),
         "key_counts": Counter(k for _, k in keyed),
+        "ledger": ledger,
     }
     replace_file(path, canonical_json(memo).encode("utf-8"))
 
@@ -232,6 +247,7 @@ def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]]) -> None
 def _refresh_from_memo(
     conn: psycopg.Connection,
     memo: dict[str, Any],
+    memo_path: Path,
     species: Species,
     raw_path: Path,
     geocoder: Geocoder,
@@ -239,19 +255,36 @@ def _refresh_from_memo(
     run_id: str,
 ) -> GeocodedOutcome:
     """refresh_geocoded_localities for an unchanged snapshot: the job key from the memo and the ledger (every
-    key answered, or the whole path geocodes the rest). A reload, which needs the records, parses them and
-    checks they are the memo's."""
+    key answered, or the whole path geocodes the rest). The ledger's entries are read only when their
+    stamp is not the memo's (a skip of a 5M-record download's species read 134,000 entries to learn they
+    had not changed); a reload, which needs the records, parses them and checks they are the memo's."""
     counts: dict[str, int] = memo["key_counts"]
+    ledger = memo.get("ledger")
+    kept: dict[str, Any] = ledger if isinstance(ledger, dict) else {}
+    service = geocoder.service
     used: dict[str, list[object]] = {}
+    fresh: dict[str, Any] = {}
 
-    def parts(connection: psycopg.Connection) -> JobKeyParts:
-        entries = answers_for(connection, geocoder.service, counts)
+    def read_entries(connection: psycopg.Connection) -> dict[str, LedgerEntry]:
+        entries = answers_for(connection, service, counts)
         if len(entries) != len(counts):
             raise _MemoStale
         used.update({key: entry.as_list() for key, entry in entries.items()})
-        return _parts(memo["records_sha256"], entries, geocoder.service)
+        return entries
+
+    def parts(connection: psycopg.Connection) -> JobKeyParts:
+        stamp = answers_stamp(connection, service, counts)
+        if kept.get("stamp") == stamp and stamp[0] == len(counts) and isinstance(kept.get("checksum"), str):
+            return _parts_of_checksums(memo["records_sha256"], kept["checksum"], service)
+        entries = read_entries(connection)
+        fresh.update(
+            stamp=answers_stamp(connection, service, counts), checksum=entries_checksum(service, entries)
+        )
+        return _parts(memo["records_sha256"], entries, service)
 
     def replace_rows(connection: psycopg.Connection) -> int:
+        if not used and entries_checksum(service, read_entries(connection)) != kept.get("checksum"):
+            raise _MemoStale  # the entries changed between their stamp and now
         records = localities_to_geocode(raw_path, species)
         keyed = [(r.id, ledger_key(salt, r.normalized)) for r in records]
         if _records_sha256(keyed) != memo["records_sha256"]:
@@ -267,5 +300,12 @@ def _refresh_from_memo(
         run_id=run_id,
         partition_value=species.species_id,
     )
-    found = sum(count for key, count in counts.items() if used[key][1] == "found")
+    if used:
+        found = sum(count for key, count in counts.items() if used[key][1] == "found")
+    else:
+        found = int(kept.get("found", 0))
+    if fresh:
+        # The entries were read (a first skip after this memo format, or answers that changed): keep their
+        # stamp, so the next skip need not read them.
+        replace_file(memo_path, canonical_json({**memo, "ledger": {**fresh, "found": found}}).encode("utf-8"))
     return GeocodedOutcome(outcome, GeocodeRun(calls=0, reused=len(counts)), sum(counts.values()), found)

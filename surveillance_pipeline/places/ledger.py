@@ -107,6 +107,15 @@ def answers_for(conn: psycopg.Connection, service: str, keys: Iterable[str]) -> 
     return {row[0]: LedgerEntry(*row) for row in rows}
 
 
+def answers_stamp(conn: psycopg.Connection, service: str, keys: Iterable[str]) -> list[object]:
+    """[count, md5] of the answered entries for ``keys``, computed by the server: equal stamps, equal
+    entries. Cheap next to ``answers_for`` (no row leaves the server), and takes no lock."""
+    row = conn.execute(
+        load_sql(PACKAGE, "select_geocode_answers_stamp"), {"service": service, "keys": sorted(set(keys))}
+    ).fetchone()
+    return [int(row[0]), str(row[1])] if row is not None else [0, ""]
+
+
 def entries_checksum(service: str, entries: dict[str, LedgerEntry]) -> str:
     """sha256 of the entries used, in key order: the ledger's version as an input of a job key.
 

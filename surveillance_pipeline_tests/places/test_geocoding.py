@@ -7,6 +7,7 @@ import json
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.geocoding.service import (
     USER_AGENT,
@@ -223,12 +224,26 @@ def test_an_unchanged_snapshot_skips_from_the_memo_and_a_wrong_memo_is_not_trust
         def no_parse(*_args, **_kwargs):
             raise AssertionError("the skip parsed the raw snapshot")
 
-        # An unchanged snapshot: the skip is decided from the memo and the ledger, the records unread.
+        def no_read(*_args, **_kwargs):
+            raise AssertionError("the skip read the ledger's entries")
+
+        # An unchanged snapshot: the skip is decided from the memo and the ledger's stamp, the records and
+        # the entries unread.
         with monkeypatch.context() as patched:
             patched.setattr(geocoded, "localities_to_geocode", no_parse)
+            patched.setattr(geocoded, "answers_for", no_read)
             again = metadata(_run(instance, database_url, data_dir, fake), "geocoded_localities")
         assert (again["action"], again["reason"]) == ("skipped", "nothing changed")
         assert (again["localities"], again["found"]) == (first["localities"], first["found"])
+        assert again["job_key"] == first["job_key"]
+
+        # A hand edit of the table: the repair reads the entries (and the records) and writes the same rows.
+        db.execute("DELETE FROM geocoded_localities WHERE id = (SELECT min(id) FROM geocoded_localities)")
+        db.commit()
+        repaired = metadata(_run(instance, database_url, data_dir, fake), "geocoded_localities")
+        assert repaired["action"] == "loaded" and repaired["reason"].startswith(EDITED_OUTSIDE)
+        assert (repaired["job_key"], repaired["found"]) == (first["job_key"], first["found"])
+        assert _table_md5(db) == before
 
         # A memo that no longer tells the truth costs a parse, never a wrong row or a wrong skip.
         wrong = json.loads(memo.read_text(encoding="utf-8"))
