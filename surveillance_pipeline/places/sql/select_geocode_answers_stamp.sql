@@ -7,5 +7,5 @@ SELECT count(*),
            E'\n' ORDER BY idempotency_key COLLATE "C"), ''))
 FROM geocode_calls
 WHERE service = %(service)s
-  AND idempotency_key = ANY(%(keys)s)
+  AND idempotency_key = ANY(string_to_array(%(keys)s, ','))
   AND status <> 'pending'
