@@ -504,8 +504,8 @@ def export_is_current(folder: Path, job_key: str, stamps: Path | None = None) ->
 # place or by replacing it, changes its size, inode or change time (ctime, which no tool can set back, as
 # ``touch`` sets back mtime), so a file with the stamp kept for a sha256 still has those bytes. The one
 # blind spot is a second write of the same size within the filesystem's clock tick (some milliseconds) of
-# the stamp being taken; only the pipeline writes then, under its locks. ``make verify`` never trusts
-# stamps: it hashes every file.
+# the stamp being taken; only the pipeline writes then, under its locks. ``make repair`` (every skip
+# verified) and ``make plan`` never trust stamps: they hash every file.
 STAMPS_VERSION = 1
 
 

@@ -27,6 +27,7 @@ import psycopg
 from psycopg import sql
 from pyproj import Geod
 
+from surveillance_pipeline.core.fingerprints import verify_every_skip
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import (
@@ -321,10 +322,13 @@ def build_masked_release(
     ``expected_input``: the upstream key the caller needs (a replay); a different one fails the build.
     ``rebuild``: build even when the folder holds the key (a replay proves, it does not trust).
     ``stamps``: the memo of the files' stamps (exports.export_is_current), so that deciding a skip does not
-    read every file of the release again (0.4 s for a 5M-record download's 71 species).
+    read every file of the release again (0.4 s for a 5M-record download's 71 species); not trusted when
+    the connection verifies every skip (``make repair``).
     """
     # First, whatever a killed run left (a stale staging folder) goes, even when this run then skips.
     recover_partition_folder(folder)
+    if stamps is not None and verify_every_skip(conn):
+        stamps = None
     with conn.transaction():
         # Share-locks occurrences' state row: its rows cannot be reloaded while we read them.
         input_key = upstream_job_key(conn, OCCURRENCES.name, slug)

@@ -15,8 +15,9 @@ from pyproj import Geod
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.releases.assets import masked_release
-from surveillance_pipeline.releases.exports import MANIFEST
+from surveillance_pipeline.releases.exports import MANIFEST, file_stamp
 from surveillance_pipeline.releases.masking import (
     DISPLACEMENT,
     STAGE,
@@ -237,4 +238,32 @@ def test_a_skip_trusts_a_release_file_only_while_its_stamp_is_unchanged(
     assert csv.stat().st_ctime_ns != original.st_ctime_ns
     rebuilt = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
     assert rebuilt["action"] == "loaded"
+    assert _folder_hashes(folder) == before
+
+
+def test_make_repair_hashes_release_files_whatever_their_stamps_say(
+    db, database_url, postgres_instance, data_dir
+):
+    """An edit the stamps could not see (planted here: the memo rewritten to vouch for the edited file) is
+    trusted by a plain skip, and found by a run that verifies every skip, as ``make repair`` does."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    memo = data_dir / "memos" / "masked_release" / f"{DEVIL}.json"
+    before = _folder_hashes(folder)
+    csv = folder / f"{DEVIL}.csv"
+    csv.write_bytes(csv.read_bytes().replace(b"\n", b"\r\n", 1))
+    kept = json.loads(memo.read_bytes())
+    kept["files"][csv.name][:5] = list(file_stamp(csv))
+    memo.write_text(json.dumps(kept))
+
+    trusted = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
+    assert trusted["action"] == "skipped" and _folder_hashes(folder) != before
+
+    verifying = {
+        **resources(database_url, data_dir),
+        "warehouse": Warehouse(database_url=database_url, verify_targets=True),
+    }
+    result = dg.materialize(RELEASE, instance=postgres_instance, partition_key=DEVIL, resources=verifying)
+    repaired = metadata(result, STAGE)
+    assert repaired["action"] == "loaded"
     assert _folder_hashes(folder) == before
