@@ -62,7 +62,7 @@ from surveillance_pipeline_tests.support.faults.points import (
     FAULT_ONCE_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
 )
-from surveillance_pipeline_tests.support.pipeline import file_hashes
+from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
@@ -120,8 +120,6 @@ def rows_md5(conn: psycopg.Connection, table: str) -> str:
     ).format(row=row_text, order=order, table=sql.Identifier(table))
     found = conn.execute(statement).fetchone()
     return str(found[0]) if found else ""
-
-
 
 
 class Place:

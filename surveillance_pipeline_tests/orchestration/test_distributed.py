@@ -47,7 +47,8 @@ from surveillance_pipeline_tests.support.faults.points import (
     FAULT_POINT_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
 )
-from surveillance_pipeline_tests.support.pipeline import file_hashes, rows_md5
+from surveillance_pipeline_tests.support.file_digests import file_hashes
+from surveillance_pipeline_tests.support.pipeline import rows_md5
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster, pytest.mark.distributed]

@@ -13,7 +13,6 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.commands.run import WORKSPACE_FILE, prepare_lab_inputs, run_plan
-from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab.districts import lab_layer_path
@@ -284,25 +283,6 @@ def rows_md5(conn: psycopg.Connection, table: str) -> str:
     result = conn.execute(statement).fetchone()
     assert result is not None
     return result[0]
-
-
-# Memos of file stamps (inode, size, mtime, ctime: releases.exports.file_stamp): the same outputs written
-# twice, or in two places, have other stamps. They are compared by name, never by bytes.
-STAMP_MEMOS = ("memos/masked_release",)
-STAMPS = "(stamps)"
-
-
-def file_hashes(root: Path) -> dict[str, str]:
-    """Each file under ``root`` by its sha256 (a stamp memo by name only)."""
-    return {
-        p.relative_to(root).as_posix(): STAMPS if _is_stamp_memo(p) else sha256_file(p)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _is_stamp_memo(path: Path) -> bool:
-    return any(path.parent.as_posix().endswith("/" + folder) for folder in STAMP_MEMOS)
 
 
 # make run's plan over the first SPECIES_COUNT species of the registry, not all 71, to keep the suite's

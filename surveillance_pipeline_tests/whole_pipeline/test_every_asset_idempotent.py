@@ -33,9 +33,9 @@ from surveillance_pipeline.orchestration.outputs import declared_outputs
 from surveillance_pipeline.orchestration.reporting import recorded_data_version
 from surveillance_pipeline.releases.assets import PUBLISHING_GROUP
 from surveillance_pipeline_tests.conftest import scratch_database
+from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.pipeline import (
     SPECIES_COUNT,
-    file_hashes,
     resources,
     rows_md5,
     run_everything,

@@ -30,10 +30,10 @@ from surveillance_pipeline.lab.deliveries import delivery_a
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.orchestration.verification import VERIFY_JOB
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
+from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.pipeline import (
     SPECIES_COUNT,
     execute_as_launched,
-    file_hashes,
     resources,
     rows_md5,
     run_everything,
