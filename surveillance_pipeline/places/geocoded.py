@@ -87,18 +87,15 @@ def geocoded_parts(
     keyed: list[tuple[int, str]], entries: dict[str, LedgerEntry], service: str
 ) -> JobKeyParts:
     """The job key's parts of a species' geocoded rows: its (id, ledger key) pairs and the answers used."""
-    return _parts(_records_sha256(keyed), entries, service)
+    return _parts_of_checksums(_records_sha256(keyed), entries_checksum(service, entries), service)
 
 
 def _records_sha256(keyed: list[tuple[int, str]]) -> str:
     return sha256_hex(canonical_json([list(pair) for pair in keyed]).encode("utf-8"))
 
 
-def _parts(records_sha256: str, entries: dict[str, LedgerEntry], service: str) -> JobKeyParts:
-    return _parts_of_checksums(records_sha256, entries_checksum(service, entries), service)
-
-
 def _parts_of_checksums(records_sha256: str, ledger_checksum: str, service: str) -> JobKeyParts:
+    """The records' checksum and the ledger entries' (entries_checksum) make the input."""
     checksum = sha256_hex(
         canonical_json({"records": records_sha256, "ledger": ledger_checksum}).encode("utf-8")
     )
@@ -157,11 +154,9 @@ def refresh_geocoded_localities(
             raise StaleInputError(f"{len(missing)} localities of {species.slug} have no geocoder answer yet")
         used.update({key: entry.as_list() for key, entry in entries.items()})
         # Read while the entries are share-locked: the stamp is of these very entries.
-        ledger.update(
-            stamp=answers_stamp(connection, geocoder.service, key_of.values()),
-            checksum=entries_checksum(geocoder.service, entries),
-        )
-        return geocoded_parts(keyed, entries, geocoder.service)
+        checksum = entries_checksum(geocoder.service, entries)
+        ledger.update(stamp=answers_stamp(connection, geocoder.service, key_of.values()), checksum=checksum)
+        return _parts_of_checksums(_records_sha256(keyed), checksum, geocoder.service)
 
     outcome = refresh_partition(
         conn,
@@ -276,11 +271,9 @@ def _refresh_from_memo(
         stamp = answers_stamp(connection, service, counts)
         if kept.get("stamp") == stamp and stamp[0] == len(counts) and isinstance(kept.get("checksum"), str):
             return _parts_of_checksums(memo["records_sha256"], kept["checksum"], service)
-        entries = read_entries(connection)
-        fresh.update(
-            stamp=answers_stamp(connection, service, counts), checksum=entries_checksum(service, entries)
-        )
-        return _parts(memo["records_sha256"], entries, service)
+        checksum = entries_checksum(service, read_entries(connection))
+        fresh.update(stamp=answers_stamp(connection, service, counts), checksum=checksum)
+        return _parts_of_checksums(memo["records_sha256"], checksum, service)
 
     def replace_rows(connection: psycopg.Connection) -> int:
         if not used and entries_checksum(service, read_entries(connection)) != kept.get("checksum"):
