@@ -389,6 +389,20 @@ def measure_limit(
 # The import through Dagster's CLI, its no-change rerun, the reference and a sensor tick
 
 
+def download_environment(home: Path, storage_url: str, warehouse_url: str, data: Path) -> dict[str, str]:
+    """The environment of a run that reads ``data``'s downloads/, on scratch databases: one slot per pool,
+    the events batched as the Makefile batches them."""
+    return {
+        **dagster_home(home, urlsplit(storage_url).path.lstrip("/"), pool_limit=1),
+        DATABASE_URL_VARIABLE: warehouse_url,
+        "SURVEILLANCE_DATA_DIR": str(data),
+        "GBIF_SOURCE": "download",
+        # A species no download holds is searched through the offline lab data, never GBIF's API.
+        "GBIF_FALLBACK_SOURCE": "lab",
+        "DAGSTER_EVENT_BATCH_SIZE": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE),
+    }
+
+
 def place_download(generated: GeneratedDownload, folder: Path) -> Path:
     """The zip in ``folder`` (a hard link to the cached file where the filesystem allows, else a copy)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -459,15 +473,7 @@ def measure_import(
             result["limit"] = measure_limit(warehouse_url, generated, work, logs, reps, rss_cap_kb)
         except Exception as error:  # noqa: BLE001 - recorded in the table, the bench goes on
             result["limit"] = failed(error)
-        environment = {
-            **dagster_home(work / "import-home", urlsplit(storage_url).path.lstrip("/"), pool_limit=1),
-            DATABASE_URL_VARIABLE: warehouse_url,
-            "SURVEILLANCE_DATA_DIR": str(data),
-            "GBIF_SOURCE": "download",
-            # A species no download holds is searched through the offline lab data, never GBIF's API.
-            "GBIF_FALLBACK_SOURCE": "lab",
-            "DAGSTER_EVENT_BATCH_SIZE": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE),
-        }
+        environment = download_environment(work / "import-home", storage_url, warehouse_url, data)
         materialize = [dagster, "asset", "materialize", "-m", "surveillance_pipeline.definitions"]
         materialize += ["--select", SELECTION, "--partition-range", f"{keys[0]}...{keys[-1]}"]
 

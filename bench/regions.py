@@ -39,7 +39,6 @@ from surveillance_pipeline.core.fingerprints import mark_refreshing, partition_f
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import ensure_state_tables, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
-from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
@@ -54,21 +53,12 @@ from surveillance_pipeline.places.regions import (
 )
 from surveillance_pipeline_tests.support.paths import CARRIED_DATA
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
+from surveillance_pipeline_tests.support.species import synthetic_species
 
 PACKAGE = "bench"
 RUN_ID = "bench-regions"
 # Not a registry species: the bench's rows can never be mistaken for the lab's.
-SPECIES = Species(
-    species_id=900_002,
-    slug="bench-regions",
-    scientific_name="Benchmarkia regionalis",
-    vernacular_name="bench",
-    taxon_key=None,
-    kingdom="Animalia",
-    country="AU",
-    state_province="Tasmania",
-    lab_records=0,
-)
+SPECIES = synthetic_species(900_002, "bench-regions", "Benchmarkia regionalis", "bench")
 POINTS = "bench_region_points"
 LIMIT = "region_assignment_limit"
 NAIVE = "region_assignment_naive"

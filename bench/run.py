@@ -54,6 +54,7 @@ from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurre
 from surveillance_pipeline.samples.load import PACKAGE as SAMPLES_PACKAGE
 from surveillance_pipeline.samples.load import refresh_species_sample
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
+from surveillance_pipeline_tests.support.species import synthetic_species
 
 PACKAGE = "bench"
 RUN_ID = "bench"
@@ -61,17 +62,7 @@ NAIVE_ROWS = 20_000
 SAMPLE_CAP = 100
 SAMPLE_ROWS = 1_000_000
 # Not a registry species: the bench's rows can never be mistaken for the lab's.
-BENCH_SPECIES = Species(
-    species_id=900_001,
-    slug="bench-species",
-    scientific_name="Benchmarkia synthetica",
-    vernacular_name="bench",
-    taxon_key=None,
-    kingdom="Animalia",
-    country="AU",
-    state_province="Tasmania",
-    lab_records=0,
-)
+BENCH_SPECIES = synthetic_species(900_001, "bench-species", "Benchmarkia synthetica", "bench")
 TARGETS = {
     "refresh_vs_copy": ("refresh / \\copy path", "<=", 1.3),
     "executemany_vs_refresh": ("executemany / refresh", ">=", 15.0),

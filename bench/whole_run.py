@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from bench.downloads import EVENT_BATCH_SIZE, GB, measure_limit, place_download
+from bench.downloads import GB, download_environment, measure_limit, place_download
 from bench.gbif_download import cached_dwca
 from bench.inputs import trivial_cli_command
-from bench.run import dagster_home, log
+from bench.run import log
 from surveillance_pipeline.core.keys import sha256_file
-from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
+from surveillance_pipeline.core.settings import PROJECT_ROOT
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 DEFAULT_SIZES = (1_000_000,)
@@ -182,15 +181,7 @@ def measure_size(
         scratch_database(server_url, f"surveillance_bench_whole_{pid}") as warehouse_url,
         scratch_database(server_url, f"dagster_bench_whole_{pid}", postgis=False) as storage_url,
     ):
-        environment = {
-            **dagster_home(work / "whole-home", urlsplit(storage_url).path.lstrip("/"), pool_limit=1),
-            DATABASE_URL_VARIABLE: warehouse_url,
-            "SURVEILLANCE_DATA_DIR": str(data),
-            "GBIF_SOURCE": "download",
-            # A species no download holds is searched through the offline lab data, never GBIF's API.
-            "GBIF_FALLBACK_SOURCE": "lab",
-            "DAGSTER_EVENT_BATCH_SIZE": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE),
-        }
+        environment = download_environment(work / "whole-home", storage_url, warehouse_url, data)
         make_run = [python, "-m", "surveillance_pipeline.commands.run"]
         log(f"whole run {records:,}: the import's limit (unzip, DuckDB, psql \\copy)")
         result["limit"] = measure_limit(warehouse_url, generated, work, logs, reps, rss_cap_kb)

@@ -19,7 +19,6 @@ from shapely.geometry import Point
 
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
-from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.releases import exports, masking
 from surveillance_pipeline.releases.exports import (
@@ -38,18 +37,9 @@ from surveillance_pipeline.releases.masking import (
     _donut_draws,
     build_masked_release,
 )
+from surveillance_pipeline_tests.support.species import synthetic_species
 
-SPECIES = Species(
-    species_id=900_100,
-    slug="pinned",
-    scientific_name="Pinnata exemplaris",
-    vernacular_name="pinned",
-    taxon_key=None,
-    kingdom="Animalia",
-    country="AU",
-    state_province="Tasmania",
-    lab_records=0,
-)
+SPECIES = synthetic_species(900_100, "pinned", "Pinnata exemplaris", "pinned")
 HEADER = "id,year,longitude,latitude,license\n"
 # Ids out of order, NULL years and licenses, rows without coordinates, the antimeridian and the poles,
 # and a slug that needs quoting in the CSV.
