@@ -25,7 +25,9 @@ def occurrences_map(conn: psycopg.Connection, species: Species, job_key: str, fo
         query = load_sql(PACKAGE, "select_occurrence_grid")
         cells = conn.execute(query, {"grid": GRID_DEGREES, "species_id": species.species_id}).fetchall()
         title = f"{species.scientific_name}: {sum(c[2] for c in cells):,} records with a point"
-        return points_map_png([(float(lon), float(lat), int(n)) for lon, lat, n in cells], title)
+        return points_map_png(
+            [(float(lon), float(lat), int(n)) for lon, lat, n in cells], title, GRID_DEGREES
+        )
 
     png = kept_figure(folder, species.slug, job_key, draw)
     assert png is not None
