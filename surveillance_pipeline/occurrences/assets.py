@@ -25,6 +25,7 @@ from surveillance_pipeline.occurrences.load import (
     verified_derived_file,
 )
 from surveillance_pipeline.occurrences.maps import occurrences_map
+from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
 from surveillance_pipeline.orchestration.partitions import species_asset
 from surveillance_pipeline.orchestration.reporting import (
@@ -33,7 +34,7 @@ from surveillance_pipeline.orchestration.reporting import (
     outcome_report,
     report_partitions,
 )
-from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, ThreadConnections, Warehouse
 
 
 class OccurrencesConfig(dg.Config):
@@ -161,9 +162,12 @@ def occurrences(
     context: dg.AssetExecutionContext, config: OccurrencesConfig, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
     rules = OccurrenceRules(licenses=tuple(config.licenses), require_coordinates=config.require_coordinates)
-    with warehouse.connect() as conn:
+    # Most of a species' load is the warehouse's (its insert, indexes, fingerprint), on one core: two
+    # species at once keep both busy.
+    with ThreadConnections(warehouse) as connections:
 
         def load_partition(slug: str) -> PartitionReport:
+            conn = connections.get()
             species = species_by_slug(slug)
             derived = verified_derived_file(conn, species, paths.raw(slug), paths.derived(slug))
             outcome = load_occurrences(
@@ -180,4 +184,4 @@ def occurrences(
                 ),
             )
 
-        yield from report_partitions(context, load_partition)
+        yield from report_partitions(context, load_partition, side_by_side=partitions_side_by_side())

@@ -254,6 +254,18 @@ def partition_writers() -> int:
     return positive_int(PARTITION_WRITERS_VARIABLE, DEFAULT_PARTITION_WRITERS)
 
 
+# Partitions a server-bound step computes at once in the local profile: the warehouse then works on two
+# statements (two cores) while the step's process, which mostly waits on it, waits for both.
+LOCAL_PARTITIONS_SIDE_BY_SIDE = 2
+
+
+def partitions_side_by_side() -> int:
+    """Partitions a step whose work is mostly the warehouse's computes at once: two in the local profile
+    (PostgreSQL runs each statement on one core), one under the distributed profile, where the workers'
+    steps already keep the warehouse's cores busy."""
+    return 1 if is_distributed() else LOCAL_PARTITIONS_SIDE_BY_SIDE
+
+
 def species_backfill_policy() -> dg.BackfillPolicy:
     """One run for a whole range on one machine (each run costs seconds of process start); runs of a few
     species each when workers can take them side by side."""

@@ -24,9 +24,11 @@ sets it): one insert for a batch's events instead of about seven statements per 
 own batch path, the one its events for a range output take.
 """
 
+import itertools
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,8 @@ BATCH_SECONDS = 2.0
 NO_VERSION = "INITIAL"
 RUN_SUMMARY_TAG_PREFIX = "surveillance/"
 FAILED_PARTITIONS_METADATA_KEY = "failed partitions"
+# Partitions computed side by side may get this many times their number ahead of the one being reported.
+RUN_AHEAD = 4
 
 
 @dataclass(frozen=True)
@@ -118,15 +122,21 @@ def report_asset(context: dg.AssetExecutionContext, report: PartitionReport) -> 
 
 
 def report_partitions(
-    context: dg.AssetExecutionContext, compute: Callable[[str], PartitionReport]
+    context: dg.AssetExecutionContext, compute: Callable[[str], PartitionReport], side_by_side: int = 1
 ) -> PartitionEvents:
-    """Run ``compute`` for every partition of the step and report each with its own data version."""
+    """Run ``compute`` for every partition of the step and report each with its own data version.
+
+    ``side_by_side`` > 1: that many partitions are computed at once, in threads (``compute`` must then be
+    safe to call from several threads: each its own connection, ``ThreadConnections``); they are still
+    reported one by one in key order, from this thread, which alone talks to Dagster.
+    """
     keys = context.partition_keys
     left_out = _not_materialized_upstream(context, keys)
     compute_isolated = _Isolated(context, compute, left_out)
     lineage = _Lineage(context, keys)
     batches = _EventBatches(step_execution_context(context))
     actions: Counter[str] = Counter()
+    reports = _reports_in_order(compute_isolated, keys, side_by_side)
     # A partition's event is logged once the next partition is done (or at once when its batch has been
     # open BATCH_SECONDS), so that the event that closes a batch is always known: a partition that raises
     # still gets every partition before it written, since their rows are committed and Dagster writes a
@@ -134,8 +144,7 @@ def report_partitions(
     # logged twice whatever raises where.
     pending: dg.AssetMaterialization | None = None
     try:
-        for key in keys:
-            report = compute_isolated(key)
+        for key, report in reports:
             if report is None:
                 continue
             actions[report.action] += 1
@@ -158,6 +167,8 @@ def report_partitions(
             closing, pending = pending, None
             yield batches.log(closing, last=True)
         raise
+    finally:
+        reports.close()  # side by side: the partitions not started are dropped, the running ones end
     if pending is not None:
         yield batches.log(pending, last=True)
     actions["failed"] = len(compute_isolated.errors)
@@ -189,7 +200,11 @@ def _summarize(context: dg.AssetExecutionContext, actions: Counter[str], partiti
 class _Isolated:
     """``compute``, but a partition that raises gives None and is remembered (its error and the partition),
     as is one whose upstream was not materialized in this run; once every partition of the step has failed,
-    the step fails with the first error (nothing partition-specific went wrong then: a database down)."""
+    the step fails with the first error (nothing partition-specific went wrong then: a database down).
+
+    ``attempt`` only computes, so it may run in any thread; ``settle`` logs and keeps count, and runs in the
+    step's own thread, the one that talks to Dagster.
+    """
 
     def __init__(
         self,
@@ -205,23 +220,65 @@ class _Isolated:
         self.left_out: list[str] = []
 
     def __call__(self, key: str) -> PartitionReport | None:
-        asset = self._context.asset_key.to_user_string()
+        return self.settle(key, self.attempt(key))
+
+    def attempt(self, key: str) -> PartitionReport | Exception | None:
+        """The partition's report, or what it raised; None when its upstream failed in this run."""
         if key in self._upstream_missing:
+            return None
+        try:
+            return self._compute(key)
+        except Exception as error:
+            return error
+
+    def settle(self, key: str, attempt: PartitionReport | Exception | None) -> PartitionReport | None:
+        if isinstance(attempt, PartitionReport):
+            return attempt
+        asset = self._context.asset_key.to_user_string()
+        if attempt is None:
             self._context.log.warning(
                 f"{asset} partition {key} not computed: its upstream failed in this run"
             )
             self.left_out.append(key)
         else:
-            try:
-                return self._compute(key)
-            except Exception as error:
-                self._context.log.error(f"{asset} partition {key} failed: {error}")
-                self.errors[key] = error
+            self._context.log.error(f"{asset} partition {key} failed: {attempt}")
+            self.errors[key] = attempt
         if len(self.errors) + len(self.left_out) == len(self._keys):
             if self.errors:
                 raise next(iter(self.errors.values()))
             raise RuntimeError(f"every partition's upstream failed in this run: {', '.join(self._keys)}")
         return None
+
+
+def _reports_in_order(
+    isolated: _Isolated, keys: list[str], side_by_side: int
+) -> Generator[tuple[str, PartitionReport | None], None, None]:
+    """Each key with its settled report, in key order; with ``side_by_side`` > 1, that many partitions are
+    computed at once in threads, up to RUN_AHEAD times that many ahead of the one being reported (one
+    species can hold a quarter of a download's records: the other thread goes on past it meanwhile).
+
+    Closing the generator (the step is interrupted, or a partition's failure ends it) starts no further
+    partition and waits for the ones running: each ends in its own transaction's commit or rollback, and
+    its connection is not closed under it.
+    """
+    if side_by_side <= 1 or len(keys) < 2:
+        for key in keys:
+            yield key, isolated(key)
+        return
+    pool = ThreadPoolExecutor(max_workers=side_by_side, thread_name_prefix="partition")
+    try:
+        started: deque[tuple[str, Future[PartitionReport | Exception | None]]] = deque()
+        waiting = iter(keys)
+        for key in itertools.islice(waiting, side_by_side * RUN_AHEAD):
+            started.append((key, pool.submit(isolated.attempt, key)))
+        while started:
+            key, attempt = started.popleft()
+            outcome = attempt.result()
+            for following in itertools.islice(waiting, 1):
+                started.append((following, pool.submit(isolated.attempt, following)))
+            yield key, isolated.settle(key, outcome)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _not_materialized_upstream(context: dg.AssetExecutionContext, keys: list[str]) -> set[str]:

@@ -3,7 +3,9 @@ live)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from types import TracebackType
 
 import dagster as dg
 import psycopg
@@ -91,6 +93,38 @@ class Warehouse(dg.ConfigurableResource):
             application_name="surveillance_pipeline verify",
             options="-c default_transaction_read_only=on",
         )
+
+
+class ThreadConnections:
+    """One warehouse connection per thread, opened on the thread's first ``get``, all closed at the end:
+    for a step that computes partitions side by side (``report_partitions(side_by_side=...)``), where
+    each partition's transaction needs a connection no other thread uses meanwhile."""
+
+    def __init__(self, warehouse: Warehouse):
+        self._warehouse = warehouse
+        self._local = threading.local()
+        self._opened: list[psycopg.Connection] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> psycopg.Connection:
+        conn: psycopg.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._warehouse.connect()
+            self._local.conn = conn
+            with self._lock:
+                self._opened.append(conn)
+        return conn
+
+    def __enter__(self) -> ThreadConnections:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()
 
 
 class DataPaths(dg.ConfigurableResource):

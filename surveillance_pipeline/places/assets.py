@@ -3,6 +3,7 @@
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
 from surveillance_pipeline.orchestration.partitions import species_asset
 from surveillance_pipeline.orchestration.reporting import (
@@ -11,7 +12,12 @@ from surveillance_pipeline.orchestration.reporting import (
     outcome_report,
     report_partitions,
 )
-from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSource, Warehouse
+from surveillance_pipeline.orchestration.resources import (
+    DataPaths,
+    GeocoderSource,
+    ThreadConnections,
+    Warehouse,
+)
 from surveillance_pipeline.places import geocoded, regions
 
 
@@ -94,10 +100,13 @@ def region_assignment(
     )
     with warehouse.connect() as conn:
         loaded = regions.load_regions(conn, layer, context.run.run_id)
-        layer_sha256 = loaded.parts["input"]
-        context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
+    layer_sha256 = loaded.parts["input"]
+    context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
+    # Each species' assignment is one statement the warehouse runs on one core: two at once use both.
+    with ThreadConnections(warehouse) as connections:
 
         def assign_partition(slug: str) -> PartitionReport:
+            conn = connections.get()
             outcome = regions.refresh_region_assignment(
                 conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id
             )
@@ -114,4 +123,4 @@ def region_assignment(
                 ),
             )
 
-        yield from report_partitions(context, assign_partition)
+        yield from report_partitions(context, assign_partition, side_by_side=partitions_side_by_side())
