@@ -15,8 +15,8 @@ import base64
 import io
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -150,11 +150,20 @@ def _ramp(shares: np.ndarray) -> np.ndarray:
     return np.rint(np.stack(channels, axis=1)).astype(np.uint8)
 
 
-@cache
+# Each thread loads its own fonts: a FreeType face is not to be shared by threads drawing at once, and
+# a step may compute partitions side by side (report_partitions).
+_fonts = threading.local()
+
+
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     from PIL import ImageFont
 
-    return ImageFont.load_default(size=size)
+    loaded: dict[int, ImageFont.FreeTypeFont | ImageFont.ImageFont] = _fonts.__dict__.setdefault(
+        "by_size", {}
+    )
+    if size not in loaded:
+        loaded[size] = ImageFont.load_default(size=size)
+    return loaded[size]
 
 
 class _Axes:
