@@ -5,6 +5,7 @@ import dagster as dg
 from surveillance_pipeline.core.refresh import WHOLE_TARGET
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.orchestration.automation import REFRESH_WHEN_INPUTS_CHANGE
+from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
 from surveillance_pipeline.orchestration.partitions import species_asset
 from surveillance_pipeline.orchestration.reporting import (
@@ -14,7 +15,7 @@ from surveillance_pipeline.orchestration.reporting import (
     report_asset,
     report_partitions,
 )
-from surveillance_pipeline.orchestration.resources import DataPaths, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, ThreadConnections, Warehouse
 from surveillance_pipeline.samples.engines import (
     ENGINES_CHECK,
     duckdb_summary,
@@ -54,11 +55,12 @@ class SampleConfig(dg.Config):
 def occurrence_sample(
     context: dg.AssetExecutionContext, config: SampleConfig, warehouse: Warehouse
 ) -> PartitionEvents:
-    with warehouse.connect() as conn:
+    # Each species' sample is one statement the warehouse runs on one core: two at once use both.
+    with ThreadConnections(warehouse) as connections:
 
         def sample_partition(slug: str) -> PartitionReport:
             outcome, drift = refresh_species_sample(
-                conn, species=species_by_slug(slug), cap=config.cap, run_id=context.run.run_id
+                connections.get(), species=species_by_slug(slug), cap=config.cap, run_id=context.run.run_id
             )
             return outcome_report(
                 outcome,
@@ -66,7 +68,7 @@ def occurrence_sample(
                 left=_drift_table(drift.left),
             )
 
-        yield from report_partitions(context, sample_partition)
+        yield from report_partitions(context, sample_partition, side_by_side=partitions_side_by_side())
 
 
 DRIFT_SCHEMA = dg.TableSchema(
