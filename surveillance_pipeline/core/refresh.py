@@ -23,15 +23,15 @@ from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fault_points import BEFORE_COMMIT, fault_point
 from surveillance_pipeline.core.fingerprints import (
     EDITED_OUTSIDE,
+    REFRESHING_SETTING,
     UNKNOWN_DIGEST,
+    VERIFY_SETTING,
     Fingerprint,
     forget_edits,
-    mark_refreshing,
     note_table_replaced,
     partition_fingerprint,
     partition_watch,
     rewatch_partition,
-    verify_every_skip,
     watch_target,
 )
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
@@ -162,8 +162,16 @@ def refresh_partition(
     partition_ref = target.partition_ref(partition_value)
     outermost = conn.info.transaction_status == TransactionStatus.IDLE
     with conn.transaction():
-        mark_refreshing(conn)
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_lock_id(target.name, partition_key)])
+        began = conn.execute(
+            load_sql(CORE, "begin_partition_refresh"),
+            {
+                "refreshing": REFRESHING_SETTING,
+                "outermost": outermost,
+                "lock": advisory_lock_id(target.name, partition_key),
+                "verify": VERIFY_SETTING,
+            },
+        ).fetchone()
+        verify = bool(began and began[3])
         if callable(parts):
             parts = parts(conn)
         job_key = parts.key
@@ -184,14 +192,16 @@ def refresh_partition(
                 partition_key,
                 partition_ref,
                 Fingerprint(previous_rows, previous_digest or UNKNOWN_DIGEST),
+                verify,
             )
         if previous_key == job_key and edited is None:
-            if outermost:
-                commit_without_waiting_for_disk(conn)
+            # Committed without waiting for its WAL flush (begin_partition_refresh), when outermost.
             outcome = RefreshOutcome(
                 SKIPPED, NOTHING_CHANGED, job_key, parts.as_dict(), previous_rows, previous_key
             )
         else:
+            if outermost:
+                conn.execute(RESTORE_SYNCHRONOUS_COMMIT)  # a load's commit waits for its WAL flush
             if edited is not None:
                 reason = edited
             else:
@@ -227,6 +237,10 @@ def refresh_partition(
     return outcome
 
 
+# Within a transaction that set it off: the session's own value again (its default; no session sets it).
+RESTORE_SYNCHRONOUS_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
+
+
 def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
     """Let the caller's transaction commit without waiting for its WAL to reach the disk
     (``synchronous_commit`` off for this transaction only), for transactions whose loss costs nothing: a
@@ -241,7 +255,12 @@ def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
 
 
 def _why_partition_differs(
-    conn: psycopg.Connection, target: Target, partition_key: str, partition_ref: str, recorded: Fingerprint
+    conn: psycopg.Connection,
+    target: Target,
+    partition_key: str,
+    partition_ref: str,
+    recorded: Fingerprint,
+    verify: bool,
 ) -> str | None:
     """Why a partition whose key is unchanged no longer holds its snapshot (None: it does).
 
@@ -252,7 +271,7 @@ def _why_partition_differs(
     watch = partition_watch(conn, target, partition_ref)
     if watch.edits:
         return f"{EDITED_OUTSIDE} ({watch.edits})"
-    if watch.intact and recorded.digest != UNKNOWN_DIGEST and not verify_every_skip(conn):
+    if watch.intact and recorded.digest != UNKNOWN_DIGEST and not verify:
         return None
     found = partition_fingerprint(conn, target, partition_ref)
     if recorded.digest == UNKNOWN_DIGEST:

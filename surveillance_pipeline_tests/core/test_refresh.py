@@ -1,0 +1,99 @@
+"""The refresh transaction's first statement: a skip commits without waiting for its WAL flush, a load
+waits, a refresh inside its caller's transaction leaves the caller's commit as it was, and a connection
+that verifies every skip fingerprints the partition instead of trusting its watch."""
+
+import psycopg
+import pytest
+
+from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, VERIFY_SETTING
+from surveillance_pipeline.core.refresh import (
+    LOADED,
+    NOTHING_CHANGED,
+    SKIPPED,
+    ensure_state_tables,
+    refresh_partition,
+)
+from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
+
+pytestmark = pytest.mark.db
+
+SPECIES_ID = 7
+
+
+class _Refresh:
+    """refresh_partition of one partition of geocoded_localities, noting synchronous_commit where each
+    callback runs: ``parts`` runs in every refresh once the first statement ran, ``replace_rows`` only
+    in a load."""
+
+    def __init__(self) -> None:
+        self.at_parts: list[str] = []
+        self.at_load: list[str] = []
+
+    def __call__(self, conn: psycopg.Connection, input_checksum: str = "a"):
+        def parts(connection: psycopg.Connection):
+            self.at_parts.append(_synchronous_commit(connection))
+            return GEOCODED_LOCALITIES.key_parts(input_checksum, {})
+
+        def replace_rows(connection: psycopg.Connection) -> int:
+            self.at_load.append(_synchronous_commit(connection))
+            return 0
+
+        return refresh_partition(
+            conn,
+            target=GEOCODED_LOCALITIES,
+            partition_key="devil",
+            parts=parts,
+            replace_rows=replace_rows,
+            run_id="run",
+            partition_value=SPECIES_ID,
+        )
+
+
+def _synchronous_commit(conn: psycopg.Connection) -> str:
+    row = conn.execute("SHOW synchronous_commit").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_skip_commits_without_waiting_for_its_wal_flush_and_a_load_waits(db):
+    ensure_state_tables(db)
+    refresh = _Refresh()
+    assert refresh(db).action == LOADED
+    skipped = refresh(db)
+    assert (skipped.action, skipped.reason) == (SKIPPED, NOTHING_CHANGED)
+    assert refresh(db, input_checksum="b").action == LOADED
+    # Off from the first statement on; a load turns the wait back on before it writes a row.
+    assert refresh.at_parts == ["off", "off", "off"]
+    assert refresh.at_load == ["on", "on"]
+    # Local to each transaction: the session keeps its own.
+    assert _synchronous_commit(db) == "on"
+
+
+def test_a_refresh_inside_its_callers_transaction_leaves_the_callers_commit_as_it_was(db):
+    ensure_state_tables(db)
+    refresh = _Refresh()
+    with db.transaction():
+        assert refresh(db).action == LOADED
+        assert refresh(db).action == SKIPPED
+        assert _synchronous_commit(db) == "on"
+    assert refresh.at_parts == ["on", "on"]
+
+
+def test_a_connection_that_verifies_every_skip_fingerprints_the_partition(db, database_url):
+    ensure_state_tables(db)
+    refresh = _Refresh()
+    assert refresh(db).action == LOADED
+    # A row written behind the watch's back (its triggers off meanwhile, then on again): a plain skip
+    # trusts the watch, a verifying one counts the rows and reloads.
+    with db.transaction():
+        db.execute("ALTER TABLE geocoded_localities DISABLE TRIGGER USER")
+        db.execute(
+            "INSERT INTO geocoded_localities (id, species_id, status) VALUES (1, %s, 'not_found')",
+            [SPECIES_ID],
+        )
+        db.execute("ALTER TABLE geocoded_localities ENABLE TRIGGER USER")
+    assert refresh(db).action == SKIPPED
+    with psycopg.connect(database_url, autocommit=True, options=f"-c {VERIFY_SETTING}=on") as verifying:
+        repaired = refresh(verifying)
+    assert repaired.action == LOADED
+    assert repaired.reason.startswith(EDITED_OUTSIDE)
