@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import threading
 import time
 import unicodedata
 import urllib.error
@@ -65,6 +66,20 @@ class Geocoder(Protocol):
     service: str
 
     def geocode(self, normalized: str) -> GeocodeAnswer: ...
+
+
+class OneCallAtATime:
+    """``geocoder``, its calls made one at a time whichever thread asks: a step may geocode species side
+    by side (report_partitions), and a service's client and rate limit are the process's, not a thread's."""
+
+    def __init__(self, geocoder: Geocoder):
+        self._geocoder = geocoder
+        self._lock = threading.Lock()
+        self.service = geocoder.service
+
+    def geocode(self, normalized: str) -> GeocodeAnswer:
+        with self._lock:
+            return self._geocoder.geocode(normalized)
 
 
 class HttpGeocoder:

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.geocoding.service import OneCallAtATime
 from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
 from surveillance_pipeline.orchestration.partitions import species_asset
@@ -38,12 +39,14 @@ from surveillance_pipeline.places import geocoded, regions
 def geocoded_localities(
     context: dg.AssetExecutionContext, geocoder: GeocoderSource, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
-    client = geocoder.geocoder()
-    with warehouse.connect() as conn:
+    client = OneCallAtATime(geocoder.geocoder())
+    # Two species at once: one's ledger round trips and reads overlap the other's (the calls themselves
+    # stay one at a time; a locality two species share is asked once, under its ledger lock).
+    with ThreadConnections(warehouse) as connections:
 
         def geocode_partition(slug: str) -> PartitionReport:
             result = geocoded.refresh_geocoded_localities(
-                conn,
+                connections.get(),
                 species=species_by_slug(slug),
                 raw_path=paths.raw(slug),
                 geocoder=client,
@@ -61,7 +64,7 @@ def geocoded_localities(
                 found=result.found,
             )
 
-        yield from report_partitions(context, geocode_partition)
+        yield from report_partitions(context, geocode_partition, side_by_side=partitions_side_by_side())
 
 
 class RegionAssignmentConfig(dg.Config):
