@@ -10,8 +10,14 @@ draw in one stage cannot shift another's.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
-import numpy as np
+from surveillance_pipeline.core.lazy_modules import LazyModule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy")
 
 
 def logical_run_id(partition_key: str, input_job_key: str) -> str:

@@ -18,13 +18,9 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
-
+from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.gbif.downloads import ABSENT, DownloadInfo, TableLayout, open_member
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import COORDINATE_TERMS, INTEGER_TERMS, RECORD_COLUMNS, TEXT_TERMS
@@ -35,6 +31,17 @@ from surveillance_pipeline.gbif.rules import (
     YEAR_PATTERN,
     anchored,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pa_csv
+else:
+    np = LazyModule("numpy")
+    pa = LazyModule("pyarrow")
+    pc = LazyModule("pyarrow.compute")
+    pa_csv = LazyModule("pyarrow.csv")
 
 BLOCK_BYTES = 4 << 20
 # What a kept column may hold, beyond the empty string: the row reader's rules (gbif/rules.py), matched

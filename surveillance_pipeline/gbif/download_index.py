@@ -33,14 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable, ColumnBatch, read_column_batches
 from surveillance_pipeline.gbif.downloads import (
     DownloadInfo,
@@ -58,6 +55,15 @@ from surveillance_pipeline.gbif.records import (
     record_key,
 )
 from surveillance_pipeline.gbif.registry import Species
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    np = LazyModule("numpy")
+    pa = LazyModule("pyarrow")
+    pc = LazyModule("pyarrow.compute")
 
 # Bump when what an index holds for the same zip and registry changes (the reader's rules, the columns).
 # 2: ABSENT records are left out, as search's occurrenceStatus=PRESENT leaves them out.

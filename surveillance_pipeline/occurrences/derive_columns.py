@@ -19,18 +19,25 @@ import gzip
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
-
+from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.gbif.download_columns import joined_lines
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, HashingReader, unescape
 from surveillance_pipeline.gbif.registry import TAXON_KEY_FIELDS, Species
 from surveillance_pipeline.gbif.rules import COORDINATE_TERMS, YEAR_RANGE, ZERO_COORDINATE
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pa_csv
+else:
+    np = LazyModule("numpy")
+    pa = LazyModule("pyarrow")
+    pc = LazyModule("pyarrow.compute")
+    pa_csv = LazyModule("pyarrow.csv")
 
 BLOCK_BYTES = 4 << 20
 READ_BYTES = 1 << 20

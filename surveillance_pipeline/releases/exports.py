@@ -17,18 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from shapely.geometry import Point
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import (
     replace_file,
     replace_partition_folder,
     write_file_durably,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+else:
+    np = LazyModule("numpy")
 
 EXPORT_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -76,9 +77,12 @@ def csv_export(name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]])
 
 def geoparquet_export(name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> ExportFile:
     """GeoParquet (EPSG:4326 points from ``longitude``/``latitude``), rows in the given (id) order."""
+    # Imported here: geopandas takes most of a second, and every run of the CLI would pay it.
+    import geopandas
+    from shapely.geometry import Point
+
     records = [dict(zip(columns, row, strict=True)) for row in rows]
     geometry = [Point(r["longitude"], r["latitude"]) if r["longitude"] is not None else None for r in records]
-    import geopandas  # imported here: it takes most of a second, and every run of the CLI would pay it
 
     frame = geopandas.GeoDataFrame(records, columns=list(columns), geometry=geometry, crs="EPSG:4326")
     buffer = io.BytesIO()

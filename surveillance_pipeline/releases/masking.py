@@ -19,16 +19,16 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg import sql
-from pyproj import Geod
 
 from surveillance_pipeline.core.fingerprints import verify_every_skip
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import (
     RefreshOutcome,
@@ -59,7 +59,11 @@ from surveillance_pipeline.releases.exports import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
+    from pyproj import Geod
+else:
+    np = LazyModule("numpy")
 
 PACKAGE = "surveillance_pipeline.releases"
 STAGE = "masked_release"
@@ -76,7 +80,14 @@ DEFAULT_MAX_M = 1000.0
 DISPLACEMENT = "geodesic on the WGS84 ellipsoid"
 # The histogram of distances the UI shows: equal bins from min_m to max_m.
 DISPLACEMENT_BINS = 10
-_GEOD = Geod(ellps="WGS84")
+
+
+@cache
+def _geod() -> Geod:
+    """WGS84's geodesics, built on first use (pyproj is imported only by a release that masks)."""
+    from pyproj import Geod
+
+    return Geod(ellps="WGS84")
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,7 @@ def donut_mask(
 def _displace(
     longitudes: np.ndarray, latitudes: np.ndarray, radius: np.ndarray, azimuth: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    masked_lon, masked_lat, _ = _GEOD.fwd(longitudes, latitudes, azimuth, radius)
+    masked_lon, masked_lat, _ = _geod().fwd(longitudes, latitudes, azimuth, radius)
     # A record without coordinates must stay without them, whatever the geodesic code makes of NaN.
     missing = np.isnan(longitudes) | np.isnan(latitudes)
     return (

@@ -16,15 +16,20 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import psycopg
 
 from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
+from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.sql_files import load_sql, sql_text
 from surveillance_pipeline.samples.rules import SampleSummary, pick_sample, summarize_ids
+
+if TYPE_CHECKING:
+    import duckdb
+else:
+    duckdb = LazyModule("duckdb")
 
 PACKAGE = "surveillance_pipeline.samples"
 
