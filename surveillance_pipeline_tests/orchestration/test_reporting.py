@@ -5,6 +5,9 @@ The batch is observed in PostgreSQL itself: rows inserted by one transaction sha
 Dagster writes a batch of events with one INSERT, each single event in a transaction of its own.
 """
 
+import threading
+import time
+
 import dagster as dg
 import psycopg
 import pytest
@@ -58,6 +61,36 @@ def unreportable_midway(context: dg.AssetExecutionContext):
         return PartitionReport(f"v-{key}", metadata)
 
     yield from report_partitions(context, compute)
+
+
+class _Overlap:
+    """How many computes run at once, at most: each holds a while so that a second one can start."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self.most = 0
+        self.threads: set[str] = set()
+
+    def __call__(self, key: str) -> PartitionReport:
+        with self._lock:
+            self._running += 1
+            self.most = max(self.most, self._running)
+            self.threads.add(threading.current_thread().name)
+        time.sleep(0.02)
+        with self._lock:
+            self._running -= 1
+        if key == FAILING_PARTITION:
+            raise PartitionFailed(key)
+        return PartitionReport(f"v-{key}", {"action": "loaded"})
+
+
+SIDE_BY_SIDE = _Overlap()
+
+
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def side_by_side(context: dg.AssetExecutionContext):
+    yield from report_partitions(context, SIDE_BY_SIDE, side_by_side=2)
 
 
 def _materialize(asset: dg.AssetsDefinition, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
@@ -150,6 +183,29 @@ def test_a_failing_partition_fails_alone_and_the_others_are_reported(
     assert _failed_in_dagster(postgres_instance, fails_midway) == {FAILING_PARTITION}
     run = postgres_instance.get_run_by_id(result.run_id)
     assert run.tags["surveillance/fails_midway"] == "1 failed, 70 loaded"
+
+
+def test_partitions_computed_side_by_side_are_reported_in_key_order_and_fail_alone(
+    postgres_instance, dagster_storage_url, monkeypatch
+):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+    result = _materialize(side_by_side, postgres_instance)
+    assert not result.success
+    # Two at once, in threads of their own; never more.
+    assert SIDE_BY_SIDE.most == 2
+    assert len(SIDE_BY_SIDE.threads) == 2
+    assert all(name.startswith("partition") for name in SIDE_BY_SIDE.threads)
+    others = [key for key in partition_keys() if key != FAILING_PARTITION]
+    assert _data_versions(postgres_instance, side_by_side) == {key: f"v-{key}" for key in others}
+    # Reported one by one in key order, from the step's own thread, in one batch.
+    records = postgres_instance.get_records_for_run(
+        result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    assert [r.event_log_entry.dagster_event.partition for r in records] == others
+    assert _transactions_and_events(dagster_storage_url, result.run_id) == (1, 70)
+    assert _failed_in_dagster(postgres_instance, side_by_side) == {FAILING_PARTITION}
+    run = postgres_instance.get_run_by_id(result.run_id)
+    assert run.tags["surveillance/side_by_side"] == "1 failed, 70 loaded"
 
 
 def _failed_in_dagster(instance: dg.DagsterInstance, asset: dg.AssetsDefinition) -> set[str]:
