@@ -244,7 +244,8 @@ RESTORE_SYNCHRONOUS_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
 def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
     """Let the caller's transaction commit without waiting for its WAL to reach the disk
     (``synchronous_commit`` off for this transaction only), for transactions whose loss costs nothing: a
-    skip's (it changes no rows) and a geocoder call's pending row (places/ledger.py).
+    skip's (it changes no rows; refresh_partition sets it in its first statement, begin_partition_refresh.sql,
+    and a load sets the wait back) and a geocoder call's pending row (places/ledger.py).
 
     That wait is most of what a skip costs (a few ms each, 71 per asset and run). The commit is visible
     at once and survives the process's death; only a server crash within the next fraction of a second
