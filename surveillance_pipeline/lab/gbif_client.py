@@ -158,11 +158,21 @@ def lab_records(slug: str) -> tuple[dict[str, Any], ...]:
 
 def species_for_params(params: Mapping[str, Any]) -> Species | None:
     """The registry species whose request these params are; None when no lab species matches."""
-    wanted = {name: str(value) for name, value in params.items()}
-    for species in load_registry():
-        if {name: str(value) for name, value in species.request()["params"].items()} == wanted:
-            return species
-    return None
+    return _species_by_params(load_registry()).get(_params_text(params))
+
+
+def _params_text(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((name, str(value)) for name, value in params.items()))
+
+
+@cache
+def _species_by_params(registry: tuple[Species, ...]) -> dict[tuple[tuple[str, str], ...], Species]:
+    """Each species of a registry by its request's params (the first, should two ask the same): built once
+    per registry, not once per page (a page asked for every species' request again, 71 of them)."""
+    found: dict[tuple[tuple[str, str], ...], Species] = {}
+    for species in registry:
+        found.setdefault(_params_text(species.request()["params"]), species)
+    return found
 
 
 class LabGbifClient:
