@@ -102,14 +102,26 @@ def attached_partition_tables(conn: psycopg.Connection, target: Target) -> list[
 
 def partition_watch(conn: psycopg.Connection, target: Target, partition_ref: str) -> PartitionWatch:
     """One small read: the edits noted against the partition, and whether its watch is in place."""
+    parameters = watch_parameters(target, partition_ref)
+    row = conn.execute(load_sql(CORE, "select_partition_watch"), parameters).fetchone()
+    assert row is not None
+    return read_watch(parameters, *row)
+
+
+def watch_parameters(target: Target, partition_ref: str) -> dict[str, object]:
+    """The parameters of select_partition_watch.sql (also read inside a refresh's own statement)."""
     own_table = target.partition_table(partition_ref)
     tables = [target.name] if own_table is None else [target.name, own_table]
-    row = conn.execute(
-        load_sql(CORE, "select_partition_watch"),
-        {"target": target.name, "partition_ref": partition_ref, "tables": tables, "own_table": own_table},
-    ).fetchone()
-    assert row is not None
-    edits, triggers, attached = row
+    return {"target": target.name, "partition_ref": partition_ref, "tables": tables, "own_table": own_table}
+
+
+def read_watch(
+    parameters: dict[str, object], edits: str | None, triggers: int, attached: bool
+) -> PartitionWatch:
+    """The watch from select_partition_watch.sql's columns: intact when every table that holds the
+    partition has all its triggers enabled (and a partition's own table is still attached)."""
+    tables = parameters["tables"]
+    assert isinstance(tables, list)
     return PartitionWatch(edits, triggers == WATCH_TRIGGERS * len(tables) and bool(attached))
 
 

@@ -12,6 +12,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -27,11 +28,13 @@ from surveillance_pipeline.core.fingerprints import (
     UNKNOWN_DIGEST,
     VERIFY_SETTING,
     Fingerprint,
+    PartitionWatch,
     forget_edits,
     note_table_replaced,
     partition_fingerprint,
-    partition_watch,
+    read_watch,
     rewatch_partition,
+    watch_parameters,
     watch_target,
 )
 from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
@@ -163,26 +166,28 @@ def refresh_partition(
     outermost = conn.info.transaction_status == TransactionStatus.IDLE
     with conn.transaction():
         began = conn.execute(
-            load_sql(CORE, "begin_partition_refresh"),
+            _composed_statement("begin_partition_refresh"),
             {
                 "refreshing": REFRESHING_SETTING,
                 "outermost": outermost,
                 "lock": advisory_lock_id(target.name, partition_key),
                 "verify": VERIFY_SETTING,
+                "target": target.name,
+                "schema_version": target.schema_version,
             },
         ).fetchone()
-        verify = bool(began and began[3])
+        assert began is not None
+        verify, schema_looks_current = bool(began[3]), bool(began[4])
         if callable(parts):
             parts = parts(conn)
         job_key = parts.key
-        ensure_target_schema(conn, target)
-        state = conn.execute(
-            load_sql(CORE, "select_target_state_for_update"),
-            {"target": target.name, "partition_key": partition_key},
-        ).fetchone()
-        previous_key, previous_parts, previous_rows, previous_digest = (
-            state if state else (None, None, 0, None)
-        )
+        held = _held_partition(conn, target, partition_key, partition_ref) if schema_looks_current else None
+        if held is None:
+            # Never built, at an older version, replaced, or rebuilt while the shared lock was awaited.
+            ensure_target_schema(conn, target)
+            held = _held_partition(conn, target, partition_key, partition_ref)
+            assert held is not None, f"{target.name}: schema not current after ensure_target_schema"
+        previous_key, previous_parts, previous_rows, previous_digest = held.state
 
         edited = None
         if previous_key == job_key:
@@ -192,6 +197,7 @@ def refresh_partition(
                 partition_key,
                 partition_ref,
                 Fingerprint(previous_rows, previous_digest or UNKNOWN_DIGEST),
+                held.watch,
                 verify,
             )
         if previous_key == job_key and edited is None:
@@ -245,7 +251,8 @@ def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
     """Let the caller's transaction commit without waiting for its WAL to reach the disk
     (``synchronous_commit`` off for this transaction only), for transactions whose loss costs nothing: a
     skip's (it changes no rows; refresh_partition sets it in its first statement, begin_partition_refresh.sql,
-    and a load sets the wait back) and a geocoder call's pending row (places/ledger.py).
+    and a load sets the wait back; a skip's provenance row alone, in its own statement, insert_provenance.sql)
+    and a geocoder call's pending row (places/ledger.py).
 
     That wait is most of what a skip costs (a few ms each, 71 per asset and run). The commit is visible
     at once and survives the process's death; only a server crash within the next fraction of a second
@@ -255,21 +262,64 @@ def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
     conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
 
 
+@dataclass(frozen=True)
+class _HeldPartition:
+    """What a refresh reads under its locks: the partition's state row (job key, parts, rows, digest;
+    ``(None, None, 0, None)`` when it has none) and its watch."""
+
+    state: tuple[str | None, dict[str, Any] | None, int, str | None]
+    watch: PartitionWatch
+
+
+@cache
+def _composed_statement(name: str) -> sql.Composed:
+    """A refresh statement that reads the schema's status (and the watch) in its own round trip."""
+    return load_sql(CORE, name).format(
+        schema_is_current=load_sql(CORE, "select_target_schema_is_current"),
+        watch=load_sql(CORE, "select_partition_watch"),
+    )
+
+
+def _held_partition(
+    conn: psycopg.Connection, target: Target, partition_key: str, partition_ref: str
+) -> _HeldPartition | None:
+    """The partition's state row (locked) and watch, read under the schema's shared lock; None when the
+    target's table is not current after all (ensure_target_schema then rebuilds or rewatches it).
+
+    Loads of different partitions of one table hold the schema lock shared, so they run side by side; a
+    rebuild takes it exclusively (ensure_target_schema). The status is read again under the lock, in the
+    same statement as the state row: a rebuild may commit while the lock is awaited.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [advisory_lock_id("schema", target.name)])
+    watch_parameters_ = watch_parameters(target, partition_ref)
+    row = conn.execute(
+        _composed_statement("select_partition_state_for_refresh"),
+        {**watch_parameters_, "partition_key": partition_key, "schema_version": target.schema_version},
+    ).fetchone()
+    assert row is not None
+    if not row[0]:
+        return None
+    job_key, parts, rows, digest = row[1:5]
+    state = (job_key, parts, rows, digest) if job_key is not None else (None, None, 0, None)
+    return _HeldPartition(state, read_watch(watch_parameters_, *row[5:8]))
+
+
 def _why_partition_differs(
     conn: psycopg.Connection,
     target: Target,
     partition_key: str,
     partition_ref: str,
     recorded: Fingerprint,
+    watch: PartitionWatch,
     verify: bool,
 ) -> str | None:
     """Why a partition whose key is unchanged no longer holds its snapshot (None: it does).
 
-    The cheap path is one read: no edit noted and the watch intact. Otherwise (the watch was off, the
-    partition was loaded before fingerprints, or the connection asks for verification) its rows are
-    fingerprinted and compared; a partition found intact gets its watch back.
+    The cheap path reads nothing more: no edit noted and the watch intact (both read with the state row).
+    Otherwise (the watch was off, the partition was loaded before fingerprints, or the connection asks
+    for verification) its rows are fingerprinted and compared; a partition found intact gets its watch
+    back.
     """
-    watch = partition_watch(conn, target, partition_ref)
     if watch.edits:
         return f"{EDITED_OUTSIDE} ({watch.edits})"
     if watch.intact and recorded.digest != UNKNOWN_DIGEST and not verify:
@@ -329,27 +379,16 @@ def record_provenance(
     outcome: RefreshOutcome,
     detail: Mapping[str, Any] | None = None,
 ) -> int:
-    """One provenance row (its id); ``detail`` holds what a replay needs (a seed, a manifest sha256)."""
-    if (
+    """One provenance row (its id); ``detail`` holds what a replay needs (a seed, a manifest sha256).
+
+    A skip's row alone (autocommit, no transaction open) commits without waiting for the disk, as a skip's
+    refresh transaction does: its loss in a server crash costs nothing.
+    """
+    unflushed = (
         outcome.action == SKIPPED
         and conn.autocommit
         and conn.info.transaction_status == TransactionStatus.IDLE
-    ):
-        # A skip's row alone, in a transaction of its own, committed without waiting (as a skip in one).
-        with conn.transaction():
-            commit_without_waiting_for_disk(conn)
-            return _insert_provenance(conn, run_id, asset, partition_key, outcome, detail)
-    return _insert_provenance(conn, run_id, asset, partition_key, outcome, detail)
-
-
-def _insert_provenance(
-    conn: psycopg.Connection,
-    run_id: str,
-    asset: str,
-    partition_key: str,
-    outcome: RefreshOutcome,
-    detail: Mapping[str, Any] | None,
-) -> int:
+    )
     row = conn.execute(
         load_sql(CORE, "insert_provenance"),
         {
@@ -363,6 +402,7 @@ def _insert_provenance(
             "rows": outcome.rows,
             "detail": Jsonb(dict(detail)) if detail is not None else None,
             "worker": worker_name(),
+            "unflushed": unflushed,
         },
     ).fetchone()
     if row is None:

@@ -1,6 +1,7 @@
 """The refresh transaction's first statement: a skip commits without waiting for its WAL flush, a load
 waits, a refresh inside its caller's transaction leaves the caller's commit as it was, and a connection
-that verifies every skip fingerprints the partition instead of trusting its watch."""
+that verifies every skip fingerprints the partition instead of trusting its watch. A skip's provenance row
+alone commits unflushed too, and leaves the session's setting as it was."""
 
 import psycopg
 import pytest
@@ -10,7 +11,9 @@ from surveillance_pipeline.core.refresh import (
     LOADED,
     NOTHING_CHANGED,
     SKIPPED,
+    RefreshOutcome,
     ensure_state_tables,
+    record_provenance,
     refresh_partition,
 )
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
@@ -97,3 +100,20 @@ def test_a_connection_that_verifies_every_skip_fingerprints_the_partition(db, da
         repaired = refresh(verifying)
     assert repaired.action == LOADED
     assert repaired.reason.startswith(EDITED_OUTSIDE)
+
+
+def test_a_skips_provenance_row_alone_commits_unflushed_without_changing_the_sessions_setting(db):
+    """A skip's row outside any transaction is one statement that turns the wait off for its own implicit
+    transaction only: the session's setting, and a transaction's, are left as they were."""
+    ensure_state_tables(db)
+    skipped = RefreshOutcome(SKIPPED, NOTHING_CHANGED, "key", {}, 3)
+    loaded = RefreshOutcome(LOADED, "first load", "key", {}, 3)
+    ids = [record_provenance(db, run_id="run", asset="a", partition_key="p", outcome=skipped)]
+    assert _synchronous_commit(db) == "on"
+    with db.transaction():
+        ids.append(record_provenance(db, run_id="run", asset="a", partition_key="p", outcome=skipped))
+        assert _synchronous_commit(db) == "on"
+    ids.append(record_provenance(db, run_id="run", asset="a", partition_key="p", outcome=loaded))
+    assert _synchronous_commit(db) == "on"
+    rows = db.execute("SELECT id, action FROM provenance WHERE run_id = 'run' ORDER BY id").fetchall()
+    assert rows == [(ids[0], SKIPPED), (ids[1], SKIPPED), (ids[2], LOADED)]
