@@ -109,11 +109,14 @@ def postgres_instance(dagster_storage_url: str):
         yield instance
 
 
-# The two sessions that take minutes (the browser session, the Celery workers) start first, one on each
-# xdist worker (with --no-loadscope-reorder, files are handed out in this order), and the short files fill
-# in around them; left to the default order they came last, and could queue behind each other. Sorted by
-# session, not by path: the browser session's file first, then the distributed files (test_distributed
-# before the shorter test_workers), so the first two files handed out are the two long ones.
+# The two sessions that take minutes (the browser session, the Celery workers) run one after the other on
+# the first xdist worker, while the second works through the short files. Side by side, one on each worker,
+# each with its own dagster dev (webserver, daemon, code servers) and run processes on two cores, each took
+# twice its time alone (stop 31's CI: 755 s and 567 s; the browser session alone: 377 s), and the suite
+# waited for the later of the two. xdist (--dist loadfile --no-loadscope-reorder) hands files out in
+# collection order: one to each worker, then one more to each at once, then one to whichever has at most
+# two tests left. So the order is the browser session's file, one short file, the distributed session's
+# file, then the rest (test_workers, the shorter distributed file, first among them).
 LONG_SESSIONS = ("e2e", "distributed")
 
 
@@ -124,3 +127,14 @@ def _session(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_session)
+    files = list(dict.fromkeys(item.path for item in items))
+    browser = [path for path in files if path in {i.path for i in items if _session(i) == 0}]
+    distributed = [path for path in files if path in {i.path for i in items if _session(i) == 1}]
+    short = [path for path in files if path not in browser and path not in distributed]
+    if not (browser and distributed and short):
+        return  # a selection without both sessions: the plain order
+    # test_distributed (the long one) third, after one short file; test_workers and the rest follow.
+    longest = [path for path in distributed if path.name == "test_distributed.py"] or distributed[:1]
+    order = browser + short[:1] + longest + [p for p in distributed if p not in longest] + short[1:]
+    rank = {path: index for index, path in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path])
