@@ -183,7 +183,8 @@ def refresh_partition(
         job_key = parts.key
         held = _held_partition(conn, target, partition_key, partition_ref) if schema_looks_current else None
         if held is None:
-            # Never built, at an older version, replaced, or rebuilt while the shared lock was awaited.
+            # Never built, at an older version, dropped or replaced outside the pipeline, or found so only
+            # under the shared lock: ensure_target_schema tells these apart (and takes the lock exclusively).
             ensure_target_schema(conn, target)
             held = _held_partition(conn, target, partition_key, partition_ref)
             assert held is not None, f"{target.name}: schema not current after ensure_target_schema"
@@ -251,8 +252,8 @@ def commit_without_waiting_for_disk(conn: psycopg.Connection) -> None:
     """Let the caller's transaction commit without waiting for its WAL to reach the disk
     (``synchronous_commit`` off for this transaction only), for transactions whose loss costs nothing: a
     skip's (it changes no rows; refresh_partition sets it in its first statement, begin_partition_refresh.sql,
-    and a load sets the wait back; a skip's provenance row alone, in its own statement, insert_provenance.sql)
-    and a geocoder call's pending row (places/ledger.py).
+    and a load sets the wait back) and a geocoder call's pending row (places/ledger.py). A skip's provenance
+    row written alone does the same inside its own statement (insert_provenance.sql).
 
     That wait is most of what a skip costs (a few ms each, 71 per asset and run). The commit is visible
     at once and survives the process's death; only a server crash within the next fraction of a second
