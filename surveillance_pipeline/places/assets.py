@@ -107,11 +107,12 @@ def region_assignment(
     context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
     # Each species' assignment is one statement the warehouse runs on one core: two at once use both.
     with ThreadConnections(warehouse) as connections:
+        held = regions.held_assignment_inputs(connections.get())
 
         def assign_partition(slug: str) -> PartitionReport:
             conn = connections.get()
             outcome = regions.refresh_region_assignment(
-                conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id
+                conn, species=species_by_slug(slug), layer=layer, run_id=context.run.run_id, held=held
             )
             counts = regions.outcome_region_counts(
                 conn, species_by_slug(slug), outcome, paths.memo(regions.REGION_ASSIGNMENT.name, slug)

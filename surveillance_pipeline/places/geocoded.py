@@ -267,10 +267,17 @@ def _refresh_from_memo(
         used.update({key: entry.as_list() for key, entry in entries.items()})
         return entries
 
-    def parts(connection: psycopg.Connection) -> JobKeyParts:
+    def kept_parts(connection: psycopg.Connection) -> JobKeyParts | None:
+        """The parts from the memo's ledger checksum, when the entries' stamp is still the memo's."""
         stamp = answers_stamp(connection, service, counts)
         if kept.get("stamp") == stamp and stamp[0] == len(counts) and isinstance(kept.get("checksum"), str):
             return _parts_of_checksums(memo["records_sha256"], kept["checksum"], service)
+        return None
+
+    def parts(connection: psycopg.Connection) -> JobKeyParts:
+        unchanged = kept_parts(connection)
+        if unchanged is not None:
+            return unchanged
         checksum = entries_checksum(service, read_entries(connection))
         fresh.update(stamp=answers_stamp(connection, service, counts), checksum=checksum)
         return _parts_of_checksums(memo["records_sha256"], checksum, service)
@@ -292,6 +299,9 @@ def _refresh_from_memo(
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
+        # Read before any lock (the stamp takes none): a skip then takes one more statement, not a
+        # transaction. Only on an autocommit connection, where the read opens no transaction.
+        likely_parts=kept_parts(conn) if conn.autocommit else None,
     )
     if used:
         found = sum(count for key, count in counts.items() if used[key][1] == "found")

@@ -23,7 +23,9 @@ from surveillance_pipeline.core.refresh import (
     NOTHING_CHANGED,
     SKIPPED,
     WHOLE_TARGET,
+    HeldKeys,
     RefreshOutcome,
+    read_held_keys,
     refresh_partition,
     upstream_job_key,
 )
@@ -166,20 +168,57 @@ def insert_assignments(table: sql.Identifier) -> sql.Composed:
     return load_sql(PACKAGE, "insert_region_assignments").format(table=table, assignments=assignments)
 
 
+# The inputs of a species' assignment: (name in the job key, upstream target, whether it is per species).
+ASSIGNMENT_INPUTS = (
+    ("occurrences", OCCURRENCES.name, True),
+    ("geocoded_localities", GEOCODED_LOCALITIES.name, True),
+    ("regions", REGIONS.name, False),
+)
+
+
 def assignment_parts(conn: psycopg.Connection, species: Species, layer: RegionLayer) -> JobKeyParts:
     """Inputs: what occurrences, geocoded_localities and regions hold now (share-locked upstream keys)."""
     inputs = {
-        "occurrences": upstream_job_key(conn, OCCURRENCES.name, species.slug),
-        "geocoded_localities": upstream_job_key(conn, GEOCODED_LOCALITIES.name, species.slug),
-        "regions": upstream_job_key(conn, REGIONS.name, WHOLE_TARGET),
+        name: upstream_job_key(conn, target, species.slug if per_species else WHOLE_TARGET)
+        for name, target, per_species in ASSIGNMENT_INPUTS
     }
+    return _assignment_parts_of(inputs, layer)
+
+
+def _assignment_parts_of(inputs: dict[str, str], layer: RegionLayer) -> JobKeyParts:
     return REGION_ASSIGNMENT.key_parts(sha256_hex(canonical_json(inputs).encode("utf-8")), layer.config())
 
 
+def held_assignment_inputs(conn: psycopg.Connection) -> HeldKeys:
+    """What the assignment's inputs hold, read once for a step's species (refresh_region_assignment's
+    ``held``)."""
+    return read_held_keys(conn, *(target for _, target, _ in ASSIGNMENT_INPUTS))
+
+
+def likely_assignment_parts(held: HeldKeys, species: Species, layer: RegionLayer) -> JobKeyParts | None:
+    """assignment_parts as ``held`` says they will be; None when an input holds nothing, or an edit."""
+    inputs = {
+        name: held.get(target, species.slug if per_species else WHOLE_TARGET)
+        for name, target, per_species in ASSIGNMENT_INPUTS
+    }
+    if any(key is None for key in inputs.values()):
+        return None
+    return _assignment_parts_of({name: str(key) for name, key in inputs.items()}, layer)
+
+
 def refresh_region_assignment(
-    conn: psycopg.Connection, *, species: Species, layer: RegionLayer, run_id: str
+    conn: psycopg.Connection,
+    *,
+    species: Species,
+    layer: RegionLayer,
+    run_id: str,
+    held: HeldKeys | None = None,
 ) -> RefreshOutcome:
-    """Make ``region_assignment`` hold this species' regions under the loaded layer, or skip."""
+    """Make ``region_assignment`` hold this species' regions under the loaded layer, or skip.
+
+    ``held``: what the inputs held when the step began, from which a skip is decided in one statement
+    (refresh_partition's ``likely_parts``).
+    """
 
     def replace_rows(connection: psycopg.Connection) -> int:
         table = sql.Identifier(REGION_ASSIGNMENT.name)
@@ -197,6 +236,7 @@ def refresh_region_assignment(
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
+        likely_parts=likely_assignment_parts(held, species, layer) if held is not None else None,
     )
 
 

@@ -30,6 +30,7 @@ from surveillance_pipeline.samples.load import (
     DEFAULT_CAP,
     OCCURRENCE_SAMPLE,
     SUMMARY_VERSION,
+    held_sample_inputs,
     refresh_sample_summary,
     refresh_species_sample,
 )
@@ -57,10 +58,15 @@ def occurrence_sample(
 ) -> PartitionEvents:
     # Each species' sample is one statement the warehouse runs on one core: two at once use both.
     with ThreadConnections(warehouse) as connections:
+        held = held_sample_inputs(connections.get())
 
         def sample_partition(slug: str) -> PartitionReport:
             outcome, drift = refresh_species_sample(
-                connections.get(), species=species_by_slug(slug), cap=config.cap, run_id=context.run.run_id
+                connections.get(),
+                species=species_by_slug(slug),
+                cap=config.cap,
+                run_id=context.run.run_id,
+                held=held,
             )
             return outcome_report(
                 outcome,

@@ -10,8 +10,10 @@ from psycopg import sql
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import (
     WHOLE_TARGET,
+    HeldKeys,
     RefreshOutcome,
     last_recorded_key,
+    read_held_keys,
     refresh_partition,
     report_derived_output,
     upstream_job_key,
@@ -51,10 +53,19 @@ def sample_job_parts(upstream_key: str, cap: int) -> JobKeyParts:
     return OCCURRENCE_SAMPLE.key_parts(upstream_key, {"cap": cap})
 
 
+def held_sample_inputs(conn: psycopg.Connection) -> HeldKeys:
+    """What ``occurrences`` holds, read once for a step's species (refresh_species_sample's ``held``)."""
+    return read_held_keys(conn, OCCURRENCES.name)
+
+
 def refresh_species_sample(
-    conn: psycopg.Connection, *, species: Species, cap: int, run_id: str
+    conn: psycopg.Connection, *, species: Species, cap: int, run_id: str, held: HeldKeys | None = None
 ) -> tuple[RefreshOutcome, Drift]:
-    """Make ``occurrence_sample`` hold this species' first ``cap`` picks of what ``occurrences`` holds."""
+    """Make ``occurrence_sample`` hold this species' first ``cap`` picks of what ``occurrences`` holds.
+
+    ``held``: the keys ``occurrences`` held when the step began, from which a skip is decided in one
+    statement (refresh_partition's ``likely_parts``).
+    """
     if cap < 1:
         raise ValueError(f"occurrence_sample config: cap must be at least 1, got {cap}")
     drift = Drift()
@@ -86,6 +97,7 @@ def refresh_species_sample(
             (drift.entered if change == "entered" else drift.left).append((gbif_id, pick))
         return rows
 
+    held_upstream = held.get(OCCURRENCES.name, species.slug) if held is not None else None
     outcome = refresh_partition(
         conn,
         target=OCCURRENCE_SAMPLE,
@@ -94,6 +106,7 @@ def refresh_species_sample(
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
+        likely_parts=sample_job_parts(held_upstream, cap) if held_upstream is not None else None,
     )
     return outcome, drift
 

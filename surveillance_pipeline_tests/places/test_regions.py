@@ -15,7 +15,14 @@ from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.districts import lab_districts_geojson, lab_layer_path
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
-from surveillance_pipeline.places.regions import RegionLayer, assign_points, load_regions, region_counts
+from surveillance_pipeline.places.regions import (
+    RegionLayer,
+    assign_points,
+    held_assignment_inputs,
+    likely_assignment_parts,
+    load_regions,
+    region_counts,
+)
 from surveillance_pipeline_tests.support.pipeline import DEVIL, metadata, resources
 
 pytestmark = [pytest.mark.db]
@@ -179,6 +186,11 @@ def test_region_assignment_loads_skips_and_reloads_for_another_layer(db, databas
         again = metadata(_materialize(instance, database_url, data_dir), "region_assignment")
         assert (again["action"], again["reason"]) == ("skipped", "nothing changed")
         assert _assignment_md5(db) == before
+        # The step's guess of the key, from its inputs' keys read once without a lock, is the key: the
+        # skip was the one statement (refresh_partition's likely_parts).
+        lab_layer = RegionLayer.configured("", "region_id", "name", default=str(lab_layer_path()))
+        guessed = likely_assignment_parts(held_assignment_inputs(db), species_by_slug(DEVIL), lab_layer)
+        assert guessed is not None and guessed.key == again["job_key"]
         # The skip shows the counts its load kept under the job key, without counting the rows again:
         # counts planted in the memo under the same key are what it shows.
         memo_path = data_dir / "memos" / "region_assignment" / f"{DEVIL}.json"

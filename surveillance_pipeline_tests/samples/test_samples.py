@@ -11,6 +11,7 @@ from surveillance_pipeline.samples.assets import (
     occurrence_sample_summary,
     sample_engines_agree,
 )
+from surveillance_pipeline.samples.load import held_sample_inputs, sample_job_parts
 from surveillance_pipeline.samples.rules import md5_text, pick_sample, summarize_ids
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
@@ -75,6 +76,10 @@ def test_postgis_sample_equals_the_python_rule_and_reruns_skip(db, database_url,
 
     again = materialize(instance, database_url, data_dir, assets=SAMPLED)
     assert metadata(again, "occurrence_sample")["action"] == "skipped"
+    # The step's guess of the key, from occurrences' keys read once without a lock, is the key: the skip
+    # was the one statement (refresh_partition's likely_parts).
+    held = held_sample_inputs(db).get("occurrences", DEVIL)
+    assert held is not None and sample_job_parts(held, 100).key == state_row(db, "occurrence_sample")[0]
 
     smaller = materialize(
         instance, database_url, data_dir, assets=[occurrence_sample], sample_config={"cap": 10}
