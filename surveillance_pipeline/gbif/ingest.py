@@ -5,8 +5,9 @@ Fetch a species, normalize, and keep the old file if equal.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,14 @@ from typing import Any
 import psycopg
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import sha256_file_once, sha256_hex
+from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
 from surveillance_pipeline.core.partition_files import delete_stale_staging_file, replace_file
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
 from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
 from surveillance_pipeline.gbif.downloads import DownloadInfo
 from surveillance_pipeline.gbif.raw_snapshots import (
+    NormalizedRecords,
     RawSnapshot,
     normalize_records,
     parse_raw_snapshot,
@@ -52,18 +54,22 @@ def utc_now_text() -> str:
 
 
 def ingest_species(
-    client: GbifClient, species: Species, raw_path: Path, retrieved: str | None = None
+    client: GbifClient,
+    species: Species,
+    raw_path: Path,
+    retrieved: str | None = None,
+    summary: Path | None = None,
 ) -> IngestOutcome:
     """Fetch one species and write its raw snapshot, unless the stored one has the same request and records.
 
     Keeping the old file keeps its ``retrieved`` time and so its sha256: an unchanged GBIF answer changes
-    nothing downstream.
+    nothing downstream. ``summary``: the memo of the stored file's summary (write_raw_snapshot).
     """
     request = species.request()
     records = fetch_all_occurrences(client, request["params"])
     # The lab's data has a fixed retrieval time, so a fresh data folder gets the same raw bytes.
     stamp = retrieved or client.snapshot_retrieved
-    return write_raw_snapshot(request, client.source, records, raw_path, stamp)
+    return write_raw_snapshot(request, client.source, records, raw_path, stamp, summary)
 
 
 def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
@@ -175,44 +181,73 @@ def write_raw_snapshot(
     records: list[dict[str, Any]],
     raw_path: Path,
     retrieved: str | None = None,
+    summary: Path | None = None,
 ) -> IngestOutcome:
-    """Normalize and write the snapshot, or keep the stored file when request and records are equal."""
+    """Normalize and write the snapshot, or keep the stored file when request and records are equal.
+
+    ``summary``: a memo of the stored file's request and records' sha256 under the sha256 of its bytes
+    (_SnapshotSummary), so that an unchanged answer is told from the stored file without parsing it
+    (parsing was a third of a lab run's gbif_raw). A memo for other bytes is ignored and written again.
+    """
     normalized = normalize_records(records, f"GBIF {source}")
-    records, records_sha256 = normalized.records, normalized.sha256
-    previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
+    try:
+        data: bytes | None = raw_path.read_bytes()
+    except FileNotFoundError:
+        data = None
+    data_sha256 = sha256_hex(data) if data is not None else ""
+    kept = _SnapshotSummary.read(summary, data_sha256) if summary is not None and data is not None else None
+    if kept is not None and kept.request == request and kept.records_sha256 == normalized.sha256:
+        return _unchanged(request, source, raw_path, data_sha256, normalized, kept.retrieved)
+    previous = _parsed_or_none(raw_path, data, data_sha256) if data is not None else None
     if (
         previous is not None
         and previous.records_file is None
         and previous.request == request
-        and previous.records == records
+        and previous.records == normalized.records
     ):
-        return IngestOutcome(
-            request,
-            source,
-            False,
-            "nothing changed",
-            raw_path,
-            previous_sha256,
-            len(records),
-            records_sha256,
-            previous.retrieved,
-        )
+        if summary is not None:
+            _SnapshotSummary(data_sha256, request, normalized.sha256, previous.retrieved).write(summary)
+        return _unchanged(request, source, raw_path, data_sha256, normalized, previous.retrieved)
 
-    snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, records)
+    snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, normalized.records)
     data = snapshot.to_bytes()
     replace_file(raw_path, data)
     # A species that was read from downloads before: its records file is no longer named by anything.
     records_path(raw_path).unlink(missing_ok=True)
+    written_sha256 = sha256_hex(data)
+    if summary is not None:
+        _SnapshotSummary(written_sha256, request, normalized.sha256, snapshot.retrieved).write(summary)
     return IngestOutcome(
         request,
         source,
         True,
         _reason(previous, request),
         raw_path,
-        sha256_hex(data),
-        len(records),
-        records_sha256,
+        written_sha256,
+        normalized.count,
+        normalized.sha256,
         snapshot.retrieved,
+    )
+
+
+def _unchanged(
+    request: dict[str, Any],
+    source: str,
+    raw_path: Path,
+    file_sha256: str,
+    normalized: NormalizedRecords,
+    retrieved: str,
+) -> IngestOutcome:
+    return IngestOutcome(
+        request,
+        source,
+        False,
+        "nothing changed",
+        raw_path,
+        file_sha256,
+        normalized.count,
+        normalized.sha256,
+        retrieved,
     )
 
 
@@ -224,10 +259,50 @@ def _previous_snapshot(raw_path: Path) -> tuple[RawSnapshot, str] | None:
     except FileNotFoundError:
         return None
     data_sha256 = sha256_hex(data)
+    previous = _parsed_or_none(raw_path, data, data_sha256)
+    return (previous, data_sha256) if previous is not None else None
+
+
+def _parsed_or_none(raw_path: Path, data: bytes, data_sha256: str) -> RawSnapshot | None:
+    """The stored snapshot; None when it cannot be read (it is then replaced)."""
     try:
-        return parse_raw_snapshot(raw_path, data, data_sha256), data_sha256
+        return parse_raw_snapshot(raw_path, data, data_sha256)
     except InputError:
         return None
+
+
+# The memo's layout; another version is ignored (and written again).
+SUMMARY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _SnapshotSummary:
+    """What ingest compares of a stored inline snapshot (its request and its records' sha256) and the
+    retrieval time it keeps, under the sha256 of the file's bytes. A function of those bytes alone, as the
+    parses a process keeps in memory are (raw_snapshots._recent_snapshots): a file changed by any means
+    has another sha256, and the memo is then not used."""
+
+    file_sha256: str
+    request: dict[str, Any]
+    records_sha256: str
+    retrieved: str
+
+    @classmethod
+    def read(cls, path: Path, file_sha256: str) -> _SnapshotSummary | None:
+        try:
+            memo = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(memo, dict) or memo.get("version") != SUMMARY_VERSION:
+            return None
+        if memo.get("file_sha256") != file_sha256 or not isinstance(memo.get("request"), dict):
+            return None
+        if not isinstance(memo.get("records_sha256"), str) or not isinstance(memo.get("retrieved"), str):
+            return None
+        return cls(file_sha256, memo["request"], memo["records_sha256"], memo["retrieved"])
+
+    def write(self, path: Path) -> None:
+        replace_file(path, canonical_json({"version": SUMMARY_VERSION, **asdict(self)}).encode("utf-8"))
 
 
 # The asset whose provenance rows name each ingest.
@@ -242,6 +317,7 @@ def refresh_raw_snapshot(
     indexes: Sequence[DownloadIndex],
     search_client: Callable[[], GbifClient],
     run_id: str,
+    summary: Path | None = None,
 ) -> tuple[RefreshOutcome, IngestOutcome]:
     """Ingest one species from the downloads' indexes, else from occurrence search; record provenance.
 
@@ -252,7 +328,7 @@ def refresh_raw_snapshot(
     delete_stale_staging_file(records_path(raw_path))
     ingested = ingest_species_from_downloads(indexes, species, raw_path)
     if ingested is None:
-        ingested = ingest_species(search_client(), species, raw_path)
+        ingested = ingest_species(search_client(), species, raw_path, summary=summary)
     parts = {"request": ingested.request, "source": ingested.source, "records": ingested.records_sha256}
     action = LOADED if ingested.written else SKIPPED
     outcome = RefreshOutcome(action, ingested.reason, ingested.file_sha256, parts, ingested.records)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,18 @@ class RawSnapshot:
 
 @dataclass(frozen=True)
 class NormalizedRecords:
-    records: list[dict[str, Any]]
-    # sha256 of the records' canonical JSON: what the records are, whatever the file around them says.
+    # The records' canonical JSON: what the records are, whatever the file around them says.
+    text: str
+    # Its sha256.
     sha256: str
+    count: int
+
+    @cached_property
+    def records(self) -> list[dict[str, Any]]:
+        """The records parsed back from ``text``: copies sharing nothing with the client's own objects,
+        holding nothing JSON cannot. Parsed only when asked: an unchanged answer needs only the sha256."""
+        parsed: list[dict[str, Any]] = json.loads(self.text)
+        return parsed
 
 
 def normalize_records(
@@ -97,7 +107,7 @@ def normalize_records(
         if isinstance(key, bool) or not isinstance(key, int):
             raise InputError(path, f"record {index}", "key", f"expected an integer gbifID, got {key!r}")
     text = canonical_json(sorted(originals, key=lambda record: record["key"]))
-    return NormalizedRecords(json.loads(text), sha256_hex(text.encode("utf-8")))
+    return NormalizedRecords(text, sha256_hex(text.encode("utf-8")), len(originals))
 
 
 def read_raw_bytes(path: Path) -> bytes:

@@ -10,7 +10,7 @@ import dagster as dg
 
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.download_index import DownloadIndex, DownloadsFolder, open_downloads
-from surveillance_pipeline.gbif.ingest import refresh_raw_snapshot
+from surveillance_pipeline.gbif.ingest import RAW_ASSET, refresh_raw_snapshot
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.derive import (
@@ -113,6 +113,7 @@ def gbif_raw(
                 indexes=indexes,
                 search_client=search_client,
                 run_id=context.run.run_id,
+                summary=paths.memo(RAW_ASSET, slug),
             )
             path = dg.MetadataValue.path(str(ingested.path))
             return outcome_report(outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved)

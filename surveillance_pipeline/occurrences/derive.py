@@ -27,7 +27,12 @@ from surveillance_pipeline.core.keys import (
 )
 from surveillance_pipeline.core.partition_files import delete_stale_staging_file, staging_file
 from surveillance_pipeline.core.recent import RecentValues
-from surveillance_pipeline.core.refresh import RefreshOutcome, last_recorded_output, report_derived_output
+from surveillance_pipeline.core.refresh import (
+    RecordedOutput,
+    RefreshOutcome,
+    last_recorded_output,
+    report_derived_output,
+)
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
@@ -83,24 +88,45 @@ def derive_raw_file(raw_path: Path, species: Species) -> RawDerive:
     return RawDerive(raw_sha256, derived)
 
 
-def memo_holds(raw_path: Path, memo_job_key: str, memo_sha256: str | None, derived_path: Path) -> bool:
-    """Whether a recorded derive still stands for these files, without deriving again.
+def memo_holds(raw_path: Path, memo: RecordedOutput, derived_path: Path) -> bool:
+    """Whether a recorded derive (``memo``, gbif_derived's last provenance row) still stands for these
+    files, without deriving again.
 
     Derive is pure: the same raw bytes and DERIVE_VERSION give the same CSV. So a recorded derive of
     this raw file (its key: the raw file's sha256 and the version) whose output sha256 is the derived
-    file's is as good as a fresh one. A header snapshot's records file must still be the one it names.
+    file's is as good as a fresh one. A header snapshot's records file must still be the one it names:
+    the derive records which (``raw_records``, None for a search snapshot, whose records are inside it), so
+    the raw file is parsed only for a record written before it did.
     """
+    memo_sha256 = memo.detail.get("derived_sha256")
     if memo_sha256 is None or not derived_path.is_file() or not raw_path.is_file():
         return False
     raw = read_raw_bytes(raw_path)
-    if derive_parts(sha256_hex(raw)).key != memo_job_key:
+    if derive_parts(sha256_hex(raw)).key != memo.job_key:
         return False
-    snapshot = parse_raw_snapshot(raw_path, raw)
-    if snapshot.records_file is not None:
-        records = raw_path.with_name(snapshot.records_file)
-        if not records.is_file() or sha256_file_once(records) != snapshot.records_sha256:
+    if RAW_RECORDS in memo.detail:
+        named = memo.detail[RAW_RECORDS]
+        records_file = named.get("file") if isinstance(named, dict) else None
+        records_sha256 = named.get("sha256") if isinstance(named, dict) else None
+    else:
+        snapshot = parse_raw_snapshot(raw_path, raw)
+        records_file, records_sha256 = snapshot.records_file, snapshot.records_sha256
+    if records_file is not None:
+        records = raw_path.with_name(records_file)
+        if not records.is_file() or sha256_file_once(records) != records_sha256:
             return False
     return sha256_file_once(derived_path) == memo_sha256
+
+
+# The derive's provenance detail names the raw snapshot's records file under this, with its sha256 (None
+# for a search snapshot): the same bytes always name the same file, so a skip need not parse them to learn.
+RAW_RECORDS = "raw_records"
+
+
+def raw_records_detail(snapshot: RawSnapshot) -> dict[str, str] | None:
+    if snapshot.records_file is None or snapshot.records_sha256 is None:
+        return None
+    return {"file": snapshot.records_file, "sha256": snapshot.records_sha256}
 
 
 def derive_parts(raw_sha256: str) -> JobKeyParts:
@@ -170,6 +196,8 @@ class StreamedDerive:
     sha256: str
     rows: int
     counts: dict[str, int]
+    # The raw snapshot's records file and its sha256 (raw_records_detail); None for a search snapshot.
+    raw_records: dict[str, str] | None = None
 
 
 def derive_to_file(raw_path: Path, species: Species, target: Path | None) -> StreamedDerive:
@@ -198,7 +226,7 @@ def derive_to_file(raw_path: Path, species: Species, target: Path | None) -> Str
         lines = _streamed_lines(snapshot.iter_records(raw_path), species, raw_path, counts)
         blocks = _blocks(lines)
         sha256 = _hash_blocks(blocks) if target is None else _replace(target, blocks, keep_if_equal=True)
-    return StreamedDerive(raw_sha256, sha256, counts.pop("rows"), counts)
+    return StreamedDerive(raw_sha256, sha256, counts.pop("rows"), counts, raw_records_detail(snapshot))
 
 
 def _hash_blocks(blocks: Iterable[bytes]) -> str:
@@ -376,20 +404,22 @@ def refresh_derived_file(
     stands (then nothing is read but checksums); record provenance either way."""
     delete_stale_staging_file(derived_path)
     memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
-    derived_sha256 = memo.detail.get("derived_sha256") if memo is not None else None
-    if (
-        memo is not None
-        and derived_sha256 is not None
-        and memo_holds(raw_path, memo.job_key, derived_sha256, derived_path)
-    ):
+    if memo is not None and memo_holds(raw_path, memo, derived_path):
         parts = derive_parts(sha256_file(raw_path))
+        derived_sha256 = str(memo.detail["derived_sha256"])
         counts = dict(memo.detail.get("counts", {}))
+        raw_records = (
+            memo.detail[RAW_RECORDS]
+            if RAW_RECORDS in memo.detail
+            else raw_records_detail(parse_raw_snapshot(raw_path, read_raw_bytes(raw_path)))
+        )
         rows, unchanged = memo.rows, True
     else:
         before = sha256_file(derived_path) if derived_path.is_file() else None
         fresh = derive_to_file(raw_path, species, derived_path)
         parts = derive_parts(fresh.raw_sha256)
         derived_sha256, counts, rows = fresh.sha256, fresh.counts, fresh.rows
+        raw_records = fresh.raw_records
         unchanged = before == fresh.sha256
     outcome = report_derived_output(
         conn,
@@ -399,6 +429,6 @@ def refresh_derived_file(
         rows=rows,
         run_id=run_id,
         unchanged=unchanged,
-        detail={"derived_sha256": derived_sha256, "counts": counts},
+        detail={"derived_sha256": derived_sha256, "counts": counts, RAW_RECORDS: raw_records},
     )
     return DeriveResult(outcome, derived_sha256, counts)

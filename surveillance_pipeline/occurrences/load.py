@@ -95,9 +95,7 @@ def verified_derived_file(
             derived_path, "file", None, "derived file is missing: materialize gbif_derived first"
         )
     memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
-    if memo is not None and memo_holds(
-        raw_path, memo.job_key, memo.detail.get("derived_sha256"), derived_path
-    ):
+    if memo is not None and memo_holds(raw_path, memo, derived_path):
         return derived_path
     with tempfile.TemporaryDirectory(dir=derived_path.parent, prefix=".fresh-") as folder:
         fresh = Path(folder) / derived_path.name

@@ -218,7 +218,7 @@ class Planner:
         memo = last_recorded_output(self.conn, DERIVED_ASSET, slug)
         if raw_step.new_key or memo is None or not derived.is_file():
             derived_step = add("gbif_derived", slug, Step(LOAD, "first load", True))
-        elif memo_holds(raw, memo.job_key, memo.detail.get("derived_sha256"), derived):
+        elif memo_holds(raw, memo, derived):
             derived_step = add("gbif_derived", slug, SKIPPED)
         else:
             # Derived again; whether the file comes out different only the derive can tell.

@@ -67,6 +67,48 @@ def test_ingest_sorts_records_and_keys_and_keeps_an_unchanged_file(tmp_path):
     assert path.read_bytes() == before, "an unchanged fetch keeps the file and its retrieved time"
 
 
+def test_an_unchanged_answer_is_told_from_the_summary_without_parsing_the_stored_file(tmp_path, monkeypatch):
+    """The summary memo (request and records' sha256 under the file's sha256) decides an unchanged answer;
+    a file changed since, or another request, is not decided by it."""
+    path, summary = tmp_path / "raw" / "devil.json", tmp_path / "memos" / "gbif_raw" / "devil.json"
+    first = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z", summary=summary)
+    assert json.loads(summary.read_bytes())["file_sha256"] == first.file_sha256
+    before = path.read_bytes()
+
+    def parse_refused(*args, **kwargs):
+        raise AssertionError("the stored snapshot was parsed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("surveillance_pipeline.gbif.ingest.parse_raw_snapshot", parse_refused)
+        again = ingest_species(
+            LabGbifClient(), DEVIL, path, retrieved="2026-11-08T00:00:00Z", summary=summary
+        )
+    assert (again.written, again.reason, again.file_sha256) == (False, "nothing changed", first.file_sha256)
+    assert (again.records, again.records_sha256, again.retrieved) == (
+        2000,
+        first.records_sha256,
+        first.retrieved,
+    )
+    assert path.read_bytes() == before
+
+    # The file rewritten by hand with other records: another sha256, so the memo is not used.
+    document = json.loads(before)
+    document["records"] = document["records"][1:]
+    path.write_text(json.dumps(document, sort_keys=True, indent=1))
+    repaired = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-08T00:00:00Z", summary=summary)
+    assert (repaired.written, repaired.reason) == (True, "records changed")
+    assert path.read_bytes() == before.replace(b"2026-11-01T00:00:00Z", b"2026-11-08T00:00:00Z")
+    assert json.loads(summary.read_bytes())["file_sha256"] == repaired.file_sha256
+
+    # A memo that vouches for this file under another request is not taken for this one.
+    planted = json.loads(summary.read_bytes())
+    planted["request"] = THYLACINE.request()
+    summary.write_text(json.dumps(planted))
+    kept = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-09T00:00:00Z", summary=summary)
+    assert (kept.written, kept.reason) == (False, "nothing changed")  # parsed and compared instead
+    assert json.loads(summary.read_bytes())["request"] == DEVIL.request()
+
+
 def test_derive_is_sorted_stable_and_pure(tmp_path):
     path = tmp_path / "raw.json"
     ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z")

@@ -8,7 +8,9 @@ import psycopg
 import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.core.refresh import ensure_state_tables, ensure_target_schema
+from surveillance_pipeline.gbif import raw_snapshots
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
@@ -137,6 +139,27 @@ def test_stale_request_is_refused_and_nothing_changes(db, database_url, data_dir
     with pytest.raises(StaleInputError):
         materialize(instance, database_url, data_dir, assets=[occurrences])
     assert (table_md5(db), state_row(db)) == before
+
+
+def test_a_rerun_decides_its_skips_without_parsing_the_raw_snapshot(
+    db, database_url, data_dir, instance, monkeypatch
+):
+    """gbif_raw compares a fresh answer with its summary memo, gbif_derived and occurrences trust the
+    derive recorded for the raw bytes, which names the raw snapshot's records file (none here): parsing
+    the snapshot was most of what a lab run's skips cost, once per process."""
+    materialize(instance, database_url, data_dir)
+
+    def parse_refused(path, data):
+        raise AssertionError(f"{path} was parsed")
+
+    monkeypatch.setattr(
+        raw_snapshots, "_recent_snapshots", RecentValues(raw_snapshots.RECENT_SNAPSHOTS_BYTES)
+    )
+    monkeypatch.setattr(raw_snapshots, "_parse_raw_snapshot", parse_refused)
+    result = materialize(instance, database_url, data_dir)
+    for asset in ("gbif_raw", "gbif_derived", "occurrences"):
+        meta = metadata(result, asset)
+        assert (meta["action"], meta["reason"]) == ("skipped", "nothing changed"), asset
 
 
 def test_tampered_derived_file_is_refused(db, database_url, data_dir, instance):
