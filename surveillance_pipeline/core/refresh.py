@@ -339,14 +339,20 @@ class HeldKeys:
     again under a share lock (upstream_job_key)."""
 
     keys: Mapping[tuple[str, str], str]
+    # Whether the connection verifies every skip (VERIFY_SETTING), read in the same statement: the same
+    # for every connection of a step's warehouse.
+    verifying: bool = False
 
     def get(self, target: str, partition_key: str) -> str | None:
         return self.keys.get((target, partition_key))
 
 
 def read_held_keys(conn: psycopg.Connection, *targets: str) -> HeldKeys:
-    rows = conn.execute(load_sql(CORE, "select_held_keys"), {"targets": list(targets)}).fetchall()
-    return HeldKeys({(target, partition_key): job_key for target, partition_key, job_key in rows})
+    rows = conn.execute(
+        load_sql(CORE, "select_held_keys"), {"targets": list(targets), "verify": VERIFY_SETTING}
+    ).fetchall()
+    keys = {(target, key): job_key for _, target, key, job_key in rows if target is not None}
+    return HeldKeys(keys, verifying=bool(rows[0][0]))
 
 
 def _held_partition(

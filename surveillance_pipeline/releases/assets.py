@@ -41,6 +41,7 @@ from surveillance_pipeline.releases.masking import (
     MASKING_VERSION,
     MaskingRules,
     displacement_edges,
+    held_release_inputs,
     release_masked_partition,
 )
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
@@ -235,6 +236,7 @@ def masked_release(
 ) -> PartitionEvents:
     rules = MaskingRules(min_m=config.min_m, max_m=config.max_m)
     with warehouse.connect() as conn:
+        held = held_release_inputs(conn)
 
         def release_partition(slug: str) -> PartitionReport:
             folder = paths.partition(MASKED_RELEASE, slug)
@@ -245,6 +247,7 @@ def masked_release(
                 folder=folder,
                 run_id=context.run.run_id,
                 stamps=paths.memo(MASKED_RELEASE, slug),
+                held=held,
             )
             counts = release.displacement_counts
 

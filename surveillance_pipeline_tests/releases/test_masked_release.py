@@ -9,6 +9,7 @@ import random
 
 import dagster as dg
 import numpy as np
+import psycopg
 import pytest
 from pyproj import Geod
 
@@ -22,7 +23,9 @@ from surveillance_pipeline.releases.masking import (
     DISPLACEMENT,
     STAGE,
     MaskingRules,
+    build_masked_release,
     donut_mask,
+    held_release_inputs,
     masked_rows,
 )
 from surveillance_pipeline.releases.replay import main as replay_main
@@ -239,6 +242,28 @@ def test_a_skip_trusts_a_release_file_only_while_its_stamp_is_unchanged(
     rebuilt = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
     assert rebuilt["action"] == "loaded"
     assert _folder_hashes(folder) == before
+
+
+def test_a_current_release_is_kept_without_waiting_for_a_load_of_occurrences_in_flight(
+    db, database_url, postgres_instance, data_dir
+):
+    """Kept for the key occurrences held when the step began (held_release_inputs), a current release
+    takes no share lock: only a build reads occurrences' rows. Without the held keys, the same call waits
+    for the load's lock (here, up to lock_timeout)."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    stamps = data_dir / "memos" / "masked_release" / f"{DEVIL}.json"
+    rules = MaskingRules(min_m=100.0, max_m=1000.0)
+    held = held_release_inputs(db)
+    with psycopg.connect(database_url, autocommit=True) as loading, loading.transaction():
+        loading.execute("SELECT 1 FROM target_state WHERE target = 'occurrences' FOR UPDATE")
+        db.execute("SET lock_timeout = '1s'")
+        kept = build_masked_release(db, DEVIL, rules, folder, stamps=stamps, held=held)
+        assert not kept.written and kept.seed == derived_seed(kept.logical_run_id, STAGE)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            build_masked_release(db, DEVIL, rules, folder, stamps=stamps)
+    db.execute("RESET lock_timeout")
+    assert build_masked_release(db, DEVIL, rules, folder, stamps=stamps) == kept
 
 
 def test_make_repair_hashes_release_files_whatever_their_stamps_say(
