@@ -1,2 +1,18 @@
 """The commands the Makefile runs, above the code location: make run (run.py), make verify (verify.py),
 and the pool limits make ui sets first (pools.py)."""
+
+import gc
+from typing import NoReturn
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a command's process with ``code``, leaving every object alive now out of the interpreter's
+    collections at exit.
+
+    A process that ran Dagster's runs holds some 270,000 objects, and the collections that tear them down
+    at exit took 1.3-1.6 s of every ``make run`` here, after its summary was printed, for memory the OS
+    takes back anyway. Objects are still freed by their reference counts, streams flushed, files closed
+    and atexit handlers run: only the cycle collector's passes over them are skipped (gc.freeze).
+    """
+    gc.freeze()
+    raise SystemExit(code)

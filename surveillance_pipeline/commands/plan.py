@@ -9,6 +9,7 @@ import sys
 
 import psycopg
 
+from surveillance_pipeline.commands import exit_process
 from surveillance_pipeline.core.migrations import MIGRATIONS, applied_version
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, GEOCODER_LEDGER_SALT_VARIABLE
 from surveillance_pipeline.definitions import live_resources
@@ -43,4 +44,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())

@@ -26,6 +26,7 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.commands import exit_process
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
@@ -472,5 +473,5 @@ def main() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1] == ONE_RUN:
-        raise SystemExit(_one_run())
-    raise SystemExit(main())
+        exit_process(_one_run())
+    exit_process(main())

@@ -13,6 +13,7 @@ import sys
 
 import psycopg
 
+from surveillance_pipeline.commands import exit_process
 from surveillance_pipeline.core.migrations import MIGRATIONS, applied_version
 from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE
 from surveillance_pipeline.definitions import table_targets
@@ -57,4 +58,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())
