@@ -22,10 +22,12 @@ and ``replace_file`` deletes a stale staging file before it writes.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 STAGING_SUFFIX = ".staging"
 ASIDE_SUFFIX = ".old"
@@ -126,3 +128,16 @@ def delete_stale_staging_file(path: Path) -> bool:
         staging.unlink()
         return True
     return False
+
+
+def read_memo(path: Path, **expected: object) -> dict[str, Any] | None:
+    """A memo's JSON object (``data/memos/...``, written with replace_file) when it holds each ``expected``
+    field with that value; None when it is missing, unreadable, or written for other inputs or another
+    layout. A memo saves work: one that cannot be used costs that work again, never a wrong answer."""
+    try:
+        memo = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(memo, dict) or any(memo.get(name) != value for name, value in expected.items()):
+        return None
+    return memo

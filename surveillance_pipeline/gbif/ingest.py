@@ -5,7 +5,6 @@ Fetch a species, normalize, and keep the old file if equal.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -16,7 +15,7 @@ import psycopg
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
-from surveillance_pipeline.core.partition_files import delete_stale_staging_file, replace_file
+from surveillance_pipeline.core.partition_files import delete_stale_staging_file, read_memo, replace_file
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
 from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
@@ -289,13 +288,8 @@ class _SnapshotSummary:
 
     @classmethod
     def read(cls, path: Path, file_sha256: str) -> _SnapshotSummary | None:
-        try:
-            memo = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(memo, dict) or memo.get("version") != SUMMARY_VERSION:
-            return None
-        if memo.get("file_sha256") != file_sha256 or not isinstance(memo.get("request"), dict):
+        memo = read_memo(path, version=SUMMARY_VERSION, file_sha256=file_sha256)
+        if memo is None or not isinstance(memo.get("request"), dict):
             return None
         if not isinstance(memo.get("records_sha256"), str) or not isinstance(memo.get("retrieved"), str):
             return None

@@ -7,7 +7,6 @@ keys, never a locality text: keys and parts are written to provenance and shown 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
-from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.core.partition_files import read_memo, replace_file
 from surveillance_pipeline.core.refresh import RefreshOutcome, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
@@ -215,11 +214,8 @@ def _memo_key(raw_path: Path, species: Species, service: str, salt: str) -> str:
 
 def _read_memo(path: Path, memo_key: str) -> dict[str, Any] | None:
     """The memo written under ``memo_key``; None when missing, unreadable or written for other inputs."""
-    try:
-        memo = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(memo, dict) or memo.get("key") != memo_key:
+    memo = read_memo(path, key=memo_key)
+    if memo is None:
         return None
     counts = memo.get("key_counts")
     if not isinstance(memo.get("records_sha256"), str) or not isinstance(counts, dict):

@@ -8,7 +8,6 @@ so another layer reloads every assignment and the same layer skips.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
-from surveillance_pipeline.core.partition_files import replace_file
+from surveillance_pipeline.core.partition_files import read_memo, replace_file
 from surveillance_pipeline.core.refresh import (
     NOTHING_CHANGED,
     SKIPPED,
@@ -272,12 +271,12 @@ def outcome_region_counts(
     repair, a memo for another key or version, or none) counts the rows and keeps the result.
     """
     if outcome.action == SKIPPED and outcome.reason == NOTHING_CHANGED:
+        kept = read_memo(memo_path, version=COUNTS_MEMO_VERSION, job_key=outcome.job_key)
         try:
-            kept = json.loads(memo_path.read_bytes())
-            if kept.get("version") == COUNTS_MEMO_VERSION and kept.get("job_key") == outcome.job_key:
+            if kept is not None:
                 return [RegionCount(*row) for row in kept["counts"]]
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            pass  # a missing or damaged memo costs a count, never a wrong one
+        except (TypeError, KeyError):
+            pass  # a damaged memo costs a count, never a wrong one
     counts = region_counts(conn, species)
     memo = {
         "version": COUNTS_MEMO_VERSION,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import (
+    read_memo,
     replace_file,
     replace_partition_folder,
     write_file_durably,
@@ -530,17 +531,9 @@ def remember_export_stamps(folder: Path, stamps: Path) -> None:
 
 
 def _read_stamps(stamps: Path) -> dict[str, list[Any]]:
-    try:
-        kept = json.loads(stamps.read_bytes())
-    except (OSError, ValueError):
-        return {}  # a missing or damaged memo costs a read of the files, never a wrong skip
-    if (
-        not isinstance(kept, dict)
-        or kept.get("version") != STAMPS_VERSION
-        or not isinstance(kept.get("files"), dict)
-    ):
-        return {}
-    return kept["files"]
+    # A missing or damaged memo costs a read of the files, never a wrong skip.
+    kept = read_memo(stamps, version=STAMPS_VERSION)
+    return kept["files"] if kept is not None and isinstance(kept.get("files"), dict) else {}
 
 
 def _write_stamps(stamps: Path, files: dict[str, list[Any]]) -> None:
