@@ -77,7 +77,7 @@ def downloads_metadata(folder: DownloadsFolder) -> dict[str, Any]:
 
 
 @species_asset(
-    metadata=outputs_metadata(folders=["raw"]),
+    metadata=outputs_metadata(folders=["raw", "memos/gbif_raw"]),
     group_name="occurrences",
     deps=[gbif_downloads],
     code_version="ingest-v2",
