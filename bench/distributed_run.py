@@ -91,6 +91,14 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has spent so far, not idle nor waiting on I/O (Linux's
+    /proc/stat, in clock ticks): taken around a make run, it counts the run, the workers and PostgreSQL."""
+    fields = Path("/proc/stat").read_text(encoding="ascii").splitlines()[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def rows_md5(conn: psycopg.Connection, table: str) -> str:
     """md5 of a table's rows in primary-key order, its timestamptz and run_id columns left out (what a run
     records, not the data), as the tests' support/pipeline.py digests a table."""
@@ -129,6 +137,7 @@ class Place:
         self.name = name
         self.warehouse = warehouse
         self.storage = storage
+        self.cpu_seconds = 0.0  # of the last make_run
         self.data = work / f"{name}-data"
         (self.data / "downloads").mkdir(parents=True, exist_ok=True)
         self.env = {
@@ -148,8 +157,9 @@ class Place:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
     def make_run(self, logs: Path, label: str) -> float:
-        """make run's command, timed from start to exit; raises when it fails."""
-        started = time.monotonic()
+        """make run's command, timed from start to exit; raises when it fails. The machine's busy CPU
+        seconds over the same span go to ``self.cpu_seconds``."""
+        started, cpu_started = time.monotonic(), busy_cpu_seconds()
         with (logs / f"{label}.log").open("wb") as sink:
             completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
                 [sys.executable, "-m", "surveillance_pipeline.commands.run"],
@@ -161,6 +171,7 @@ class Place:
                 check=False,
             )
         seconds = time.monotonic() - started
+        self.cpu_seconds = busy_cpu_seconds() - cpu_started
         if completed.returncode != 0:
             tail = (logs / f"{label}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"make run ({label}) ended {completed.returncode}: {tail}")
@@ -259,6 +270,7 @@ def measure_side_by_side(
     logs.mkdir(parents=True, exist_ok=True)
     names = list(variants)
     seconds: dict[str, list[float]] = {variant: [] for variant in names}
+    cpu: dict[str, list[float]] = {variant: [] for variant in names}
     loads: list[list[float]] = []
     equal: dict[str, list[str]] = {}
     with (
@@ -283,7 +295,11 @@ def measure_side_by_side(
                     workers = [f"{label}{rep}{variant}n{number}" for number in range(1, count + 1)]
                     with workers_running(place.env, logs, workers):
                         seconds[variant].append(place.make_run(logs, f"{variant}-{rep}"))
-                log(f"{label}: {variant} {seconds[variant][-1]:.1f} s, load {load()}")
+                cpu[variant].append(place.cpu_seconds)
+                log(
+                    f"{label}: {variant} {seconds[variant][-1]:.1f} s, "
+                    f"{cpu[variant][-1]:.1f} busy CPU s, load {load()}"
+                )
             reference = by_variant["local"].fingerprint()
             for variant in (name for name in names if name != "local"):
                 differ = compare(reference, by_variant[variant].fingerprint())
@@ -297,6 +313,10 @@ def measure_side_by_side(
     return {
         "seconds": {variant: [round(x, 1) for x in values] for variant, values in seconds.items()},
         "median_s": medians,
+        # Busy CPU seconds of the whole machine during each make run, and the cores that kept busy on
+        # average: where 2 workers cannot be twice as fast as 1 on 2 cores.
+        "cpu_s": {variant: [round(x, 1) for x in values] for variant, values in cpu.items()},
+        "median_cpu_s": {variant: round(statistics.median(values), 1) for variant, values in cpu.items()},
         "loads": loads,
         "differences": {variant: sorted(set(found)) for variant, found in equal.items()},
         "compared": {"tables": tables, "rows": rows, "files": files},
@@ -553,14 +573,15 @@ def markdown(section: dict[str, Any]) -> str:
             f"command, every asset): {d['compared']['tables']} tables ({d['compared']['rows']:,} rows) and "
             f"{d['compared']['files']} files compared with the local profile's.",
             "",
-            "| variant | median s | each s | equal to local |",
-            "| --- | ---: | --- | --- |",
+            "| variant | median s | each s | equal to local | busy CPU s (machine) | cores busy on average |",
+            "| --- | ---: | --- | --- | ---: | ---: |",
             *(
-                f"| {name} | {d['median_s'][key]} | {d['seconds'][key]} | {equal_text(d, key)} |"
+                f"| {name} | {d['median_s'][key]} | {d['seconds'][key]} | {equal_text(d, key)} | "
+                f"{d['median_cpu_s'][key]} | {round(d['median_cpu_s'][key] / d['median_s'][key], 2)} |"
                 for key, name in (("local", "local profile"), ("w1", "1 worker"), ("w2", "2 workers"))
             ),
-            f"| 2 workers / 1 worker | {d['two_over_one']}x (target <= 0.65) | | |",
-            f"| 2 workers / local | {d['two_over_local']}x | | |",
+            f"| 2 workers / 1 worker | {d['two_over_one']}x (target <= 0.65) | | | | |",
+            f"| 2 workers / local | {d['two_over_local']}x | | | | |",
             "",
             f"Load averages at each start: {d['loads']}",
             "",
