@@ -48,19 +48,29 @@ def forget_hashed_files() -> None:
     _hashed_files.clear()
 
 
+def _file_identity(path: Path) -> tuple[str, int, int, int]:
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 def sha256_file_once(path: Path) -> str:
     """``sha256_file``, remembered in this process while the file's inode, size and modification time
     (nanoseconds) stay the same: any write or replacement changes one of them, so an edited file is
     hashed again."""
-    stat = path.stat()
-    identity = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    identity = _file_identity(path)
     digest = _hashed_files.get(identity)
     if digest is None:
         digest = sha256_file(path)
-        if len(_hashed_files) >= HASHED_FILES_KEPT:
-            _hashed_files.clear()
-        _hashed_files[identity] = digest
+        remember_file_sha256(path, digest, identity)
     return digest
+
+
+def remember_file_sha256(path: Path, digest: str, identity: tuple[str, int, int, int] | None = None) -> None:
+    """Let ``sha256_file_once`` answer ``digest`` for the file as it is now, unread: for a sha256 known
+    otherwise (a stamp that vouches for the bytes, core.partition_files.sha256_file_stamped)."""
+    if len(_hashed_files) >= HASHED_FILES_KEPT:
+        _hashed_files.clear()
+    _hashed_files[identity or _file_identity(path)] = digest
 
 
 @dataclass(frozen=True)

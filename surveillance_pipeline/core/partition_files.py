@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from surveillance_pipeline.core.keys import remember_file_sha256, sha256_file_once
+
 STAGING_SUFFIX = ".staging"
 ASIDE_SUFFIX = ".old"
 
@@ -141,3 +143,63 @@ def read_memo(path: Path, **expected: object) -> dict[str, Any] | None:
     if not isinstance(memo, dict) or any(memo.get(name) != value for name, value in expected.items()):
         return None
     return memo
+
+
+# File stamps: what lets a skip trust an unchanged file without reading it. Any write to a file, in place or
+# by replacing it, changes its size, inode or change time (ctime, which no tool can set back, as ``touch``
+# sets back mtime), so a file with the stamp kept for a sha256 still has those bytes. The one blind spot is
+# a second write of the same size within the filesystem's clock tick (some milliseconds) of the stamp being
+# taken; only the pipeline writes then, under its locks. ``make repair`` (every skip verified) and
+# ``make plan`` never trust stamps: they hash every file. A stamp memo is ``{"version": 1, "files": {name:
+# [device, inode, size, mtime_ns, ctime_ns, sha256]}}``, one per partition, for the files named in it.
+STAMPS_VERSION = 1
+
+
+def file_stamp(path: Path) -> tuple[int, int, int, int, int]:
+    """What changes whenever the file's bytes do: device, inode, size, mtime and ctime (nanoseconds)."""
+    found = path.stat()
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+def read_file_stamps(stamps: Path) -> dict[str, list[Any]]:
+    """The stamps kept in a memo, by file name; empty when it is missing or damaged (which costs a read
+    of the files, never a wrong skip)."""
+    kept = read_memo(stamps, version=STAMPS_VERSION)
+    return kept["files"] if kept is not None and isinstance(kept.get("files"), dict) else {}
+
+
+def write_file_stamps(stamps: Path, files: dict[str, list[Any]]) -> None:
+    replace_file(
+        stamps, json.dumps({"version": STAMPS_VERSION, "files": files}, sort_keys=True).encode("utf-8")
+    )
+
+
+def keep_file_stamps(stamps: Path, sha256_of: dict[Path, str]) -> None:
+    """Keep each file's stamp as it is now with its sha256, known from writing or reading its bytes just
+    before: so the first skip after a load reads no file and writes no memo."""
+    kept = read_file_stamps(stamps)
+    fresh = {path.name: [*file_stamp(path), sha256] for path, sha256 in sha256_of.items()}
+    if any(kept.get(name) != stamp for name, stamp in fresh.items()):
+        write_file_stamps(stamps, {**kept, **fresh})
+
+
+def sha256_file_stamped(path: Path, stamps: Path | None, *, keep: bool = True) -> str:
+    """The file's sha256: the one kept in the memo ``stamps`` when the file's stamp is the one kept with
+    it (the bytes are not read), else hashed, and then, with ``keep``, its stamp kept for the next process.
+    None: hashed as ``sha256_file_once`` does (make plan, make repair). Without stamps, a skip in a fresh
+    process read every species' raw records and derived files (about 1 s each of gbif_raw's and
+    gbif_derived's skips of a 20M-record download) to learn they had not changed."""
+    if stamps is None:
+        return sha256_file_once(path)
+    kept = read_file_stamps(stamps)
+    before = file_stamp(path)
+    entry = kept.get(path.name)
+    if isinstance(entry, list) and len(entry) == len(before) + 1 and tuple(entry[:-1]) == before:
+        if isinstance(entry[-1], str):
+            remember_file_sha256(path, entry[-1])  # the rest of this process asks sha256_file_once
+            return entry[-1]
+    digest = sha256_file_once(path)
+    # Kept only when the file did not change while it was read: the stamp must be of these bytes.
+    if keep and file_stamp(path) == before:
+        write_file_stamps(stamps, {**kept, path.name: [*before, digest]})
+    return digest

@@ -14,8 +14,14 @@ from typing import Any
 import psycopg
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
-from surveillance_pipeline.core.partition_files import delete_stale_staging_file, read_memo, replace_file
+from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.partition_files import (
+    delete_stale_staging_file,
+    keep_file_stamps,
+    read_memo,
+    replace_file,
+    sha256_file_stamped,
+)
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
 from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
@@ -98,14 +104,15 @@ def species_sources(
 
 
 def ingest_species_from_downloads(
-    indexes: Sequence[DownloadIndex], species: Species, raw_path: Path
+    indexes: Sequence[DownloadIndex], species: Species, raw_path: Path, stamps: Path | None = None
 ) -> IngestOutcome | None:
     """The species' records from the downloads at hand, as a header and a records file; None when no
     download holds the species (it is then the search client's, never emptied).
 
     The request names each source download's part of this species (count and sha256), and the records
     are a pure function of those parts: an equal request with its records file intact is a skip, decided
-    without reading a record.
+    without reading a record. ``stamps``: a memo of the records file's stamp and sha256, so that a file
+    unchanged since it was last hashed is not read again (``sha256_file_stamped``); None: hashed.
     """
     sources = species_sources(indexes, species)
     if not sources:
@@ -118,7 +125,7 @@ def ingest_species_from_downloads(
         and previous.request == request
         and previous.records_file == records_file.name
         and records_file.is_file()
-        and sha256_file_once(records_file) == previous.records_sha256
+        and sha256_file_stamped(records_file, stamps) == previous.records_sha256
     ):
         return IngestOutcome(
             request,
@@ -153,6 +160,8 @@ def ingest_species_from_downloads(
     )
     data = snapshot.to_bytes()
     replace_file(raw_path, data)
+    if stamps is not None:
+        keep_file_stamps(stamps, {records_file: records_sha256})
     return IngestOutcome(
         request,
         DOWNLOAD_SOURCE,
@@ -312,15 +321,17 @@ def refresh_raw_snapshot(
     search_client: Callable[[], GbifClient],
     run_id: str,
     summary: Path | None = None,
+    stamps: Path | None = None,
 ) -> tuple[RefreshOutcome, IngestOutcome]:
     """Ingest one species from the downloads' indexes, else from occurrence search; record provenance.
 
     ``search_client`` is called only when the downloads do not hold the species, so a run whose species
-    all come from downloads never builds one. The data version is the raw file's sha256.
+    all come from downloads never builds one. The data version is the raw file's sha256. ``summary`` and
+    ``stamps``: gbif_raw's memos (write_raw_snapshot, ingest_species_from_downloads).
     """
     delete_stale_staging_file(raw_path)
     delete_stale_staging_file(records_path(raw_path))
-    ingested = ingest_species_from_downloads(indexes, species, raw_path)
+    ingested = ingest_species_from_downloads(indexes, species, raw_path, stamps)
     if ingested is None:
         ingested = ingest_species(search_client(), species, raw_path, summary=summary)
     parts = {"request": ingested.request, "source": ingested.source, "records": ingested.records_sha256}

@@ -8,6 +8,7 @@ from typing import Any
 
 import dagster as dg
 
+from surveillance_pipeline.core.fingerprints import verify_every_skip
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.download_index import DownloadIndex, DownloadsFolder, open_downloads
 from surveillance_pipeline.gbif.ingest import RAW_ASSET, refresh_raw_snapshot
@@ -15,6 +16,7 @@ from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.derive import (
     DERIVE_VERSION,
+    DERIVED_ASSET,
     DERIVED_COLUMNS,
     refresh_derived_file,
 )
@@ -104,6 +106,8 @@ def gbif_raw(
         return clients[0]
 
     with warehouse.connect() as conn:
+        # make repair trusts no file's stamp: every records file is hashed.
+        trust_stamps = not verify_every_skip(conn)
 
         def ingest_partition(slug: str) -> PartitionReport:
             outcome, ingested = refresh_raw_snapshot(
@@ -114,6 +118,7 @@ def gbif_raw(
                 search_client=search_client,
                 run_id=context.run.run_id,
                 summary=paths.memo(RAW_ASSET, slug),
+                stamps=paths.stamps(RAW_ASSET, slug) if trust_stamps else None,
             )
             path = dg.MetadataValue.path(str(ingested.path))
             return outcome_report(outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved)
@@ -122,7 +127,7 @@ def gbif_raw(
 
 
 @species_asset(
-    metadata=outputs_metadata(folders=["derived"]),
+    metadata=outputs_metadata(folders=["derived", f"memos/{DERIVED_ASSET}"]),
     group_name="occurrences",
     deps=[gbif_raw],
     code_version=f"derive-v{DERIVE_VERSION}",
@@ -134,6 +139,7 @@ def gbif_derived(
     context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
     with warehouse.connect() as conn:
+        trust_stamps = not verify_every_skip(conn)  # make repair hashes every file
 
         def derive_partition(slug: str) -> PartitionReport:
             derived_path = paths.derived(slug)
@@ -143,6 +149,7 @@ def gbif_derived(
                 raw_path=paths.raw(slug),
                 derived_path=derived_path,
                 run_id=context.run.run_id,
+                stamps=paths.stamps(DERIVED_ASSET, slug) if trust_stamps else None,
             )
             path = dg.MetadataValue.path(str(derived_path))
             return outcome_report(derived.outcome, derived.derived_sha256, path=path, **derived.counts)
@@ -166,11 +173,14 @@ def occurrences(
     # Most of a species' load is the warehouse's (its insert, indexes, fingerprint), on one core: two
     # species at once keep both busy.
     with ThreadConnections(warehouse) as connections:
+        trust_stamps = not verify_every_skip(connections.get())  # make repair hashes every file
 
         def load_partition(slug: str) -> PartitionReport:
             conn = connections.get()
             species = species_by_slug(slug)
-            derived = verified_derived_file(conn, species, paths.raw(slug), paths.derived(slug))
+            # gbif_derived's stamps, read only: the derived file's sha256 is also this load's key input.
+            stamps = paths.stamps(DERIVED_ASSET, slug) if trust_stamps else None
+            derived = verified_derived_file(conn, species, paths.raw(slug), paths.derived(slug), stamps)
             outcome = load_occurrences(
                 conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
             )

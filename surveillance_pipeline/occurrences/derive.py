@@ -22,10 +22,14 @@ from surveillance_pipeline.core.keys import (
     JobKeyParts,
     canonical_json,
     sha256_file,
-    sha256_file_once,
     sha256_hex,
 )
-from surveillance_pipeline.core.partition_files import delete_stale_staging_file, staging_file
+from surveillance_pipeline.core.partition_files import (
+    delete_stale_staging_file,
+    keep_file_stamps,
+    sha256_file_stamped,
+    staging_file,
+)
 from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.core.refresh import (
     RecordedOutput,
@@ -88,7 +92,14 @@ def derive_raw_file(raw_path: Path, species: Species) -> RawDerive:
     return RawDerive(raw_sha256, derived)
 
 
-def memo_holds(raw_path: Path, memo: RecordedOutput, derived_path: Path) -> bool:
+def memo_holds(
+    raw_path: Path,
+    memo: RecordedOutput,
+    derived_path: Path,
+    stamps: Path | None = None,
+    *,
+    keep_stamps: bool = True,
+) -> bool:
     """Whether a recorded derive (``memo``, gbif_derived's last provenance row) still stands for these
     files, without deriving again.
 
@@ -97,6 +108,10 @@ def memo_holds(raw_path: Path, memo: RecordedOutput, derived_path: Path) -> bool
     file's is as good as a fresh one. A header snapshot's records file must still be the one it names:
     the derive records which (``raw_records``, None for a search snapshot, whose records are inside it), so
     the raw file is parsed only for a record written before it did.
+
+    ``stamps``: gbif_derived's stamp memo of the records and derived files, so that files unchanged since
+    they were last hashed are not read again (``sha256_file_stamped``; ``keep_stamps`` False: read it,
+    never write it). None: both files are hashed (make plan, make repair).
     """
     memo_sha256 = memo.detail.get("derived_sha256")
     if memo_sha256 is None or not derived_path.is_file() or not raw_path.is_file():
@@ -113,9 +128,9 @@ def memo_holds(raw_path: Path, memo: RecordedOutput, derived_path: Path) -> bool
         records_file, records_sha256 = snapshot.records_file, snapshot.records_sha256
     if records_file is not None:
         records = raw_path.with_name(records_file)
-        if not records.is_file() or sha256_file_once(records) != records_sha256:
+        if not records.is_file() or sha256_file_stamped(records, stamps, keep=keep_stamps) != records_sha256:
             return False
-    return sha256_file_once(derived_path) == memo_sha256
+    return sha256_file_stamped(derived_path, stamps, keep=keep_stamps) == memo_sha256
 
 
 # The derive's provenance detail names the raw snapshot's records file under this, with its sha256 (None
@@ -398,13 +413,20 @@ class DeriveResult:
 
 
 def refresh_derived_file(
-    conn: psycopg.Connection, *, species: Species, raw_path: Path, derived_path: Path, run_id: str
+    conn: psycopg.Connection,
+    *,
+    species: Species,
+    raw_path: Path,
+    derived_path: Path,
+    run_id: str,
+    stamps: Path | None = None,
 ) -> DeriveResult:
     """Derive one species' raw snapshot into its CSV, unless the derive recorded for these raw bytes still
-    stands (then nothing is read but checksums); record provenance either way."""
+    stands (then nothing is read but checksums, or the files' stamps: ``memo_holds``); record provenance
+    either way."""
     delete_stale_staging_file(derived_path)
     memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
-    if memo is not None and memo_holds(raw_path, memo, derived_path):
+    if memo is not None and memo_holds(raw_path, memo, derived_path, stamps):
         parts = derive_parts(sha256_file(raw_path))
         derived_sha256 = str(memo.detail["derived_sha256"])
         counts = dict(memo.detail.get("counts", {}))
@@ -421,6 +443,13 @@ def refresh_derived_file(
         derived_sha256, counts, rows = fresh.sha256, fresh.counts, fresh.rows
         raw_records = fresh.raw_records
         unchanged = before == fresh.sha256
+        if stamps is not None:
+            # Both files' bytes were just hashed (the records' checked against the header as they were
+            # read): their stamps spare the next skip reading them.
+            written = {derived_path: derived_sha256}
+            if isinstance(raw_records, dict) and isinstance(raw_records.get("file"), str):
+                written[raw_path.with_name(raw_records["file"])] = str(raw_records["sha256"])
+            keep_file_stamps(stamps, written)
     outcome = report_derived_output(
         conn,
         asset=DERIVED_ASSET,

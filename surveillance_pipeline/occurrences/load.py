@@ -82,20 +82,21 @@ class OccurrenceRules:
 
 
 def verified_derived_file(
-    conn: psycopg.Connection, species: Species, raw_path: Path, derived_path: Path
+    conn: psycopg.Connection, species: Species, raw_path: Path, derived_path: Path, stamps: Path | None = None
 ) -> Path:
     """The derived file, after checking it equals a fresh derive of the raw snapshot.
 
     gbif_derived records each derive (its key and the CSV's sha256) in provenance; when that record still
-    stands for these files (``derive.memo_holds``) the check costs two checksums instead of a derive.
-    Otherwise the raw snapshot is derived again (streamed) and compared.
+    stands for these files (``derive.memo_holds``) the check costs two checksums instead of a derive, or
+    none where gbif_derived's ``stamps`` vouch for the files (read here, never written: they are
+    gbif_derived's). Otherwise the raw snapshot is derived again (streamed) and compared.
     """
     if not derived_path.is_file():
         raise InputError(
             derived_path, "file", None, "derived file is missing: materialize gbif_derived first"
         )
     memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
-    if memo is not None and memo_holds(raw_path, memo, derived_path):
+    if memo is not None and memo_holds(raw_path, memo, derived_path, stamps, keep_stamps=False):
         return derived_path
     with tempfile.TemporaryDirectory(dir=derived_path.parent, prefix=".fresh-") as folder:
         fresh = Path(folder) / derived_path.name

@@ -171,6 +171,11 @@ class DataPaths(dg.ConfigurableResource):
         input: a missing or stale memo costs time, not a row)."""
         return Path(self.root) / "memos" / asset / f"{partition_key}.json"
 
+    def stamps(self, asset: str, partition_key: str) -> Path:
+        """``data/memos/<asset>/<partition>.stamps.json``: the stamps of the files a skip of the partition
+        checks, with their sha256s (core.partition_files.sha256_file_stamped)."""
+        return self.memo(asset, f"{partition_key}.stamps")
+
     def partition(self, asset: str, partition_key: str) -> Path:
         """``data/<asset>/<partition>/``: a partition's files, replaced whole (core.partition_files)."""
         return Path(self.root) / asset / partition_key

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import (
-    read_memo,
-    replace_file,
+    file_stamp,
+    read_file_stamps,
     replace_partition_folder,
     write_file_durably,
+    write_file_stamps,
 )
 
 if TYPE_CHECKING:
@@ -490,7 +491,7 @@ def export_is_current(folder: Path, job_key: str, stamps: Path | None = None) ->
         return False
     if manifest.get("job_key") != job_key:
         return False
-    kept = _read_stamps(stamps) if stamps is not None else {}
+    kept = read_file_stamps(stamps) if stamps is not None else {}
     seen: dict[str, list[Any]] = {}
     for name, entry in manifest.get("files", {}).items():
         path = folder / name
@@ -501,44 +502,17 @@ def export_is_current(folder: Path, job_key: str, stamps: Path | None = None) ->
             return False
         seen[name] = stamp
     if stamps is not None and seen != kept:
-        _write_stamps(stamps, seen)
+        write_file_stamps(stamps, seen)
     return True
-
-
-# The export stamps: what lets a skip trust an unchanged file without reading it. Any write to a file, in
-# place or by replacing it, changes its size, inode or change time (ctime, which no tool can set back, as
-# ``touch`` sets back mtime), so a file with the stamp kept for a sha256 still has those bytes. The one
-# blind spot is a second write of the same size within the filesystem's clock tick (some milliseconds) of
-# the stamp being taken; only the pipeline writes then, under its locks. ``make repair`` (every skip
-# verified) and ``make plan`` never trust stamps: they hash every file.
-STAMPS_VERSION = 1
-
-
-def file_stamp(path: Path) -> tuple[int, int, int, int, int]:
-    """What changes whenever the file's bytes do: device, inode, size, mtime and ctime (nanoseconds)."""
-    found = path.stat()
-    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
 def remember_export_stamps(folder: Path, stamps: Path) -> None:
     """Keep the stamps of the export just published into ``folder``, with the sha256s its manifest gives
     (the bytes were hashed as they were written)."""
     manifest = json.loads((folder / MANIFEST).read_bytes())
-    _write_stamps(
+    write_file_stamps(
         stamps,
         {name: [*file_stamp(folder / name), entry["sha256"]] for name, entry in manifest["files"].items()},
-    )
-
-
-def _read_stamps(stamps: Path) -> dict[str, list[Any]]:
-    # A missing or damaged memo costs a read of the files, never a wrong skip.
-    kept = read_memo(stamps, version=STAMPS_VERSION)
-    return kept["files"] if kept is not None and isinstance(kept.get("files"), dict) else {}
-
-
-def _write_stamps(stamps: Path, files: dict[str, list[Any]]) -> None:
-    replace_file(
-        stamps, json.dumps({"version": STAMPS_VERSION, "files": files}, sort_keys=True).encode("utf-8")
     )
 
 

@@ -11,15 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
+from surveillance_pipeline.core.keys import JobKeyParts, forget_hashed_files, sha256_file, sha256_file_once
 from surveillance_pipeline.core.partition_files import (
     aside_folder,
     delete_stale_staging_file,
+    file_stamp,
+    read_file_stamps,
     recover_partition_folder,
     replace_file,
     replace_partition_folder,
+    sha256_file_stamped,
     staging_folder,
     write_file_durably,
+    write_file_stamps,
 )
 from surveillance_pipeline.releases.exports import MANIFEST, csv_export, export_is_current, publish_export
 from surveillance_pipeline_tests.support.paths import PROJECT_ROOT
@@ -153,3 +157,40 @@ def test_sigkill_while_writing_staging_leaves_live_intact_and_the_rerun_complete
     assert (folder / "sample.csv").read_bytes() == b"id\n3\n"
     assert export_is_current(folder, new_parts.key)
     assert sorted(p.name for p in folder.iterdir()) == [MANIFEST, "sample.csv"]
+
+
+def test_a_kept_stamp_vouches_for_the_bytes_and_any_write_voids_it(tmp_path):
+    records = tmp_path / "devil.records.tsv.gz"
+    records.write_bytes(b"first bytes\n")
+    stamps = tmp_path / "memos" / "devil.stamps.json"
+    first = sha256_file_stamped(records, stamps)
+    assert first == sha256_file(records)
+    assert read_file_stamps(stamps) == {records.name: [*file_stamp(records), first]}
+
+    # A new process (nothing remembered in it) takes the kept sha256 without reading the file: proven by
+    # a stamp kept with another sha256, which it answers, as sha256_file_once does afterwards.
+    forget_hashed_files()
+    write_file_stamps(stamps, {records.name: [*file_stamp(records), "0" * 64]})
+    assert sha256_file_stamped(records, stamps) == "0" * 64
+    assert sha256_file_once(records) == "0" * 64
+    assert sha256_file_stamped(records, None) == "0" * 64  # this process remembers, as for any hash
+    forget_hashed_files()
+    assert sha256_file_stamped(records, None) == first  # no stamps (make plan, make repair): hashed
+
+    # An edit of the same size with the modification time set back: the change time still moved, so the
+    # file is hashed again and its new stamp kept.
+    write_file_stamps(stamps, {records.name: [*file_stamp(records), first]})
+    before = records.stat()
+    time.sleep(0.01)
+    records.write_bytes(b"other bytes\n")
+    os.utime(records, ns=(before.st_atime_ns, before.st_mtime_ns))
+    forget_hashed_files()
+    edited = sha256_file_stamped(records, stamps)
+    assert edited == sha256_file(records) != first
+    assert read_file_stamps(stamps)[records.name][-1] == edited
+
+    # keep=False reads the memo but never writes it (occurrences reading gbif_derived's stamps).
+    records.write_bytes(b"third bytes, longer\n")
+    forget_hashed_files()
+    assert sha256_file_stamped(records, stamps, keep=False) == sha256_file(records)
+    assert read_file_stamps(stamps)[records.name][-1] == edited

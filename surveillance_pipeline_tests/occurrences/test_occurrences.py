@@ -1,6 +1,7 @@
 """The spine against real PostGIS through a real Dagster instance: load, skip, reload, refuse."""
 
 import json
+import os
 from dataclasses import replace
 
 import dagster as dg
@@ -8,12 +9,15 @@ import psycopg
 import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.keys import forget_hashed_files
+from surveillance_pipeline.core.partition_files import read_file_stamps
 from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.core.refresh import ensure_state_tables, ensure_target_schema
 from surveillance_pipeline.gbif import raw_snapshots
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, occurrences
+from surveillance_pipeline.occurrences.derive import DERIVED_COLUMNS
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     data_version,
@@ -175,6 +179,34 @@ def test_tampered_derived_file_is_refused(db, database_url, data_dir, instance):
     ):
         materialize(instance, database_url, data_dir, assets=[occurrences])
     assert (table_md5(db), state_row(db)) == before
+
+
+def test_a_derived_file_edited_after_its_stamp_was_kept_is_refused(db, database_url, data_dir, instance):
+    materialize(instance, database_url, data_dir)  # gbif_derived's load keeps the file's stamp
+    derived = data_dir / "derived" / f"{DEVIL}.csv"
+    stamps = data_dir / "memos" / "gbif_derived" / f"{DEVIL}.stamps.json"
+    # The lab's snapshots hold their records inline: the derived file is the one file to vouch for.
+    assert set(read_file_stamps(stamps)) == {derived.name}
+    before = (table_md5(db), state_row(db))
+    # The last digit of line 5's latitude, the size and the modification time as they were: only the
+    # change time tells, and the stamp holds it.
+    lines = derived.read_bytes().split(b"\n")
+    fields = lines[4].split(b",")
+    latitude = DERIVED_COLUMNS.index("latitude")
+    fields[latitude] = fields[latitude][:-1] + (b"1" if fields[latitude][-1:] != b"1" else b"2")
+    lines[4] = b",".join(fields)
+    kept = derived.stat()
+    derived.write_bytes(b"\n".join(lines))
+    os.utime(derived, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    forget_hashed_files()  # as a new process would start
+    with pytest.raises(
+        StaleInputError, match=r"differs from a fresh derive .* \(first at line 5, field 'latitude'\)"
+    ):
+        materialize(instance, database_url, data_dir, assets=[occurrences])
+    assert (table_md5(db), state_row(db)) == before
+    forget_hashed_files()
+    result = materialize(instance, database_url, data_dir, assets=[gbif_derived])
+    assert metadata(result, "gbif_derived")["action"] == "loaded"  # derived again, the edit gone
 
 
 def _edit_raw(data_dir, edit):

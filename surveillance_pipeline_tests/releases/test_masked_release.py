@@ -14,11 +14,12 @@ import pytest
 from pyproj import Geod
 
 from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.partition_files import file_stamp
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.releases.assets import masked_release
-from surveillance_pipeline.releases.exports import MANIFEST, file_stamp
+from surveillance_pipeline.releases.exports import MANIFEST
 from surveillance_pipeline.releases.masking import (
     DISPLACEMENT,
     STAGE,

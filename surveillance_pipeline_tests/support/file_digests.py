@@ -6,9 +6,11 @@ from pathlib import Path
 
 from surveillance_pipeline.core.keys import sha256_file
 
-# Memos of file stamps (inode, size, mtime, ctime: releases.exports.file_stamp): the same outputs written
-# twice, or in two places, have other stamps. They are compared by name, never by bytes.
+# Memos of file stamps (inode, size, mtime, ctime: core.partition_files.file_stamp): the same outputs
+# written twice, or in two places, have other stamps. They are compared by name, never by bytes:
+# masked_release's, and every ``<partition>.stamps.json`` (DataPaths.stamps).
 STAMP_MEMOS = ("memos/masked_release",)
+STAMP_MEMO_SUFFIX = ".stamps.json"
 STAMPS = "(stamps)"
 
 
@@ -22,4 +24,6 @@ def file_hashes(root: Path) -> dict[str, str]:
 
 
 def _is_stamp_memo(path: Path) -> bool:
-    return any(path.parent.as_posix().endswith("/" + folder) for folder in STAMP_MEMOS)
+    return path.name.endswith(STAMP_MEMO_SUFFIX) or any(
+        path.parent.as_posix().endswith("/" + folder) for folder in STAMP_MEMOS
+    )
