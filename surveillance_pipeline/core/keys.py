@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,10 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
 
 # sha256 of files this process has hashed, by what identifies their bytes on disk. A run over many
 # partitions asks for the sha256 of one large file several times (gbif_raw's skip, gbif_derived's and
-# occurrences' checks of the same records and derived files); the bytes are read once per process.
-_hashed_files: dict[tuple[str, int, int, int], str] = {}
+# occurrences' checks of the same records and derived files); the bytes are read once per process. The
+# identity holds the change time (ctime), which any write moves and no tool sets back: an edit of the same
+# size with its mtime set back is hashed again (core.partition_files explains the stamps).
+_hashed_files: dict[tuple[str, int, int, int, int, int], str] = {}
 HASHED_FILES_KEPT = 4096
 
 
@@ -48,29 +51,37 @@ def forget_hashed_files() -> None:
     _hashed_files.clear()
 
 
-def _file_identity(path: Path) -> tuple[str, int, int, int]:
-    stat = path.stat()
-    return (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+def file_identity(path: Path, stat: os.stat_result | None = None) -> tuple[str, int, int, int, int, int]:
+    """The file's resolved path, device, inode, size, mtime and ctime (nanoseconds), from ``stat`` when
+    the caller already has it."""
+    found = stat if stat is not None else path.stat()
+    return (
+        str(path.resolve()),
+        found.st_dev,
+        found.st_ino,
+        found.st_size,
+        found.st_mtime_ns,
+        found.st_ctime_ns,
+    )
 
 
 def sha256_file_once(path: Path) -> str:
-    """``sha256_file``, remembered in this process while the file's inode, size and modification time
-    (nanoseconds) stay the same: any write or replacement changes one of them, so an edited file is
-    hashed again."""
-    identity = _file_identity(path)
+    """``sha256_file``, remembered in this process while the file's identity (``file_identity``) stays
+    the same: any write or replacement changes it, so an edited file is hashed again."""
+    identity = file_identity(path)
     digest = _hashed_files.get(identity)
     if digest is None:
         digest = sha256_file(path)
-        remember_file_sha256(path, digest, identity)
+        remember_file_sha256(identity, digest)
     return digest
 
 
-def remember_file_sha256(path: Path, digest: str, identity: tuple[str, int, int, int] | None = None) -> None:
-    """Let ``sha256_file_once`` answer ``digest`` for the file as it is now, unread: for a sha256 known
-    otherwise (a stamp that vouches for the bytes, core.partition_files.sha256_file_stamped)."""
+def remember_file_sha256(identity: tuple[str, int, int, int, int, int], digest: str) -> None:
+    """Let ``sha256_file_once`` answer ``digest`` for the file with this identity, unread: for a sha256
+    known otherwise (a stamp that vouches for the bytes, core.partition_files.sha256_file_stamped)."""
     if len(_hashed_files) >= HASHED_FILES_KEPT:
         _hashed_files.clear()
-    _hashed_files[identity or _file_identity(path)] = digest
+    _hashed_files[identity] = digest
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from surveillance_pipeline.core.keys import remember_file_sha256, sha256_file_once
+from surveillance_pipeline.core.keys import file_identity, remember_file_sha256, sha256_file_once
 
 STAGING_SUFFIX = ".staging"
 ASIDE_SUFFIX = ".old"
@@ -157,7 +157,7 @@ STAMPS_VERSION = 1
 
 def file_stamp(path: Path) -> tuple[int, int, int, int, int]:
     """What changes whenever the file's bytes do: device, inode, size, mtime and ctime (nanoseconds)."""
-    found = path.stat()
+    found = path.stat()  # the same fields, in the same order, as keys.file_identity after the path
     return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
@@ -191,15 +191,17 @@ def sha256_file_stamped(path: Path, stamps: Path | None, *, keep: bool = True) -
     gbif_derived's skips of a 20M-record download) to learn they had not changed."""
     if stamps is None:
         return sha256_file_once(path)
+    identity = file_identity(path)
+    before = identity[1:]
     kept = read_file_stamps(stamps)
-    before = file_stamp(path)
     entry = kept.get(path.name)
     if isinstance(entry, list) and len(entry) == len(before) + 1 and tuple(entry[:-1]) == before:
         if isinstance(entry[-1], str):
-            remember_file_sha256(path, entry[-1])  # the rest of this process asks sha256_file_once
+            remember_file_sha256(identity, entry[-1])  # the rest of this process asks sha256_file_once
             return entry[-1]
+    # This process's memory is keyed by the same identity, ctime included, so it is as good as a stamp.
     digest = sha256_file_once(path)
     # Kept only when the file did not change while it was read: the stamp must be of these bytes.
-    if keep and file_stamp(path) == before:
+    if keep and file_identity(path) == identity:
         write_file_stamps(stamps, {**kept, path.name: [*before, digest]})
     return digest

@@ -173,13 +173,16 @@ def occurrences(
     # Most of a species' load is the warehouse's (its insert, indexes, fingerprint), on one core: two
     # species at once keep both busy.
     with ThreadConnections(warehouse) as connections:
-        trust_stamps = not verify_every_skip(connections.get())  # make repair hashes every file
+        verifying: list[bool] = []  # read once, on the first partition's connection (threads agree)
 
         def load_partition(slug: str) -> PartitionReport:
             conn = connections.get()
             species = species_by_slug(slug)
-            # gbif_derived's stamps, read only: the derived file's sha256 is also this load's key input.
-            stamps = paths.stamps(DERIVED_ASSET, slug) if trust_stamps else None
+            if not verifying:
+                verifying.append(verify_every_skip(conn))
+            # gbif_derived's stamps, read only (make repair hashes every file): the derived file's
+            # sha256 is also this load's key input.
+            stamps = None if verifying[0] else paths.stamps(DERIVED_ASSET, slug)
             derived = verified_derived_file(conn, species, paths.raw(slug), paths.derived(slug), stamps)
             outcome = load_occurrences(
                 conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
