@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +50,9 @@ def forget_hashed_files() -> None:
     _hashed_files.clear()
 
 
-def file_identity(path: Path, stat: os.stat_result | None = None) -> tuple[str, int, int, int, int, int]:
-    """The file's resolved path, device, inode, size, mtime and ctime (nanoseconds), from ``stat`` when
-    the caller already has it."""
-    found = stat if stat is not None else path.stat()
+def file_identity(path: Path) -> tuple[str, int, int, int, int, int]:
+    """The file's resolved path, device, inode, size, mtime and ctime (nanoseconds)."""
+    found = path.stat()
     return (
         str(path.resolve()),
         found.st_dev,
