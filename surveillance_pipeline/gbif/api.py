@@ -72,6 +72,10 @@ class ApiGbifClient:
     def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
         return self.get_json("occurrence/search", {**params, "offset": offset, "limit": limit})
 
+    def answer_version(self, params: Mapping[str, Any]) -> str | None:
+        """None: GBIF's occurrence search says nothing of its answer's version, so every ingest fetches it."""
+        return None
+
     def species_match(self, name: str) -> dict[str, Any]:
         """GBIF's backbone match for a scientific name (strict: no fuzzy guesses)."""
         return self.get_json("species/match", {"name": name, "strict": "true"})

@@ -32,6 +32,12 @@ class GbifClient(Protocol):
         """One occurrence-search page: ``offset``, ``limit``, ``endOfRecords``, ``count``, ``results``."""
         ...
 
+    def answer_version(self, params: Mapping[str, Any]) -> str | None:
+        """A version of the whole answer to these params, when the source can tell it without serving the
+        answer (the lab: its generator and the species' entry); None when only the answer tells (GBIF's
+        API). Ingest keeps a stored snapshot whose answer had this version without fetching it again."""
+        ...
+
 
 def fetch_all_occurrences(client: GbifClient, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Page through an occurrence search until GBIF says ``endOfRecords``."""

@@ -6,7 +6,7 @@ Fetch a species, normalize, and keep the old file if equal.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,13 +68,45 @@ def ingest_species(
     """Fetch one species and write its raw snapshot, unless the stored one has the same request and records.
 
     Keeping the old file keeps its ``retrieved`` time and so its sha256: an unchanged GBIF answer changes
-    nothing downstream. ``summary``: the memo of the stored file's summary (write_raw_snapshot).
+    nothing downstream. ``summary``: the memo of the stored file's summary (write_raw_snapshot). A source
+    that versions its answers (the lab) is not asked again for an answer whose version the memo holds.
     """
     request = species.request()
+    answer_version = client.answer_version(request["params"])
+    if answer_version is not None and summary is not None:
+        held = _held_answer(request, client.source, raw_path, summary, answer_version)
+        if held is not None:
+            return held
     records = fetch_all_occurrences(client, request["params"])
     # The lab's data has a fixed retrieval time, so a fresh data folder gets the same raw bytes.
     stamp = retrieved or client.snapshot_retrieved
-    return write_raw_snapshot(request, client.source, records, raw_path, stamp, summary)
+    return write_raw_snapshot(request, client.source, records, raw_path, stamp, summary, answer_version)
+
+
+def _held_answer(
+    request: dict[str, Any], source: str, raw_path: Path, summary: Path, answer_version: str
+) -> IngestOutcome | None:
+    """The stored snapshot, unchanged, when its summary says it holds the answer of this version to this
+    request (and the file still has the bytes summarized); None: fetch and compare."""
+    try:
+        data = raw_path.read_bytes()
+    except FileNotFoundError:
+        return None
+    data_sha256 = sha256_hex(data)
+    kept = _SnapshotSummary.read(summary, data_sha256)
+    if kept is None or kept.request != request or kept.answer_version != answer_version:
+        return None
+    return IngestOutcome(
+        request,
+        source,
+        False,
+        "nothing changed",
+        raw_path,
+        data_sha256,
+        kept.count,
+        kept.records_sha256,
+        kept.retrieved,
+    )
 
 
 def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
@@ -190,12 +222,15 @@ def write_raw_snapshot(
     raw_path: Path,
     retrieved: str | None = None,
     summary: Path | None = None,
+    answer_version: str | None = None,
 ) -> IngestOutcome:
     """Normalize and write the snapshot, or keep the stored file when request and records are equal.
 
     ``summary``: a memo of the stored file's request and records' sha256 under the sha256 of its bytes
     (_SnapshotSummary), so that an unchanged answer is told from the stored file without parsing it
     (parsing was a third of a lab run's gbif_raw). A memo for other bytes is ignored and written again.
+    ``answer_version``: the source's version of these records (GbifClient.answer_version), kept in the memo
+    so that the next ingest of the same version need not fetch them.
     """
     normalized = normalize_records(records, f"GBIF {source}")
     try:
@@ -205,6 +240,8 @@ def write_raw_snapshot(
     data_sha256 = sha256_hex(data) if data is not None else ""
     kept = _SnapshotSummary.read(summary, data_sha256) if summary is not None and data is not None else None
     if kept is not None and kept.request == request and kept.records_sha256 == normalized.sha256:
+        if summary is not None and kept.answer_version != answer_version:
+            replace(kept, answer_version=answer_version).write(summary)
         return _unchanged(request, source, raw_path, data_sha256, normalized, kept.retrieved)
     previous = _parsed_or_none(raw_path, data, data_sha256) if data is not None else None
     if (
@@ -214,7 +251,9 @@ def write_raw_snapshot(
         and previous.records == normalized.records
     ):
         if summary is not None:
-            _SnapshotSummary(data_sha256, request, normalized.sha256, previous.retrieved).write(summary)
+            _SnapshotSummary(
+                data_sha256, request, normalized.sha256, normalized.count, previous.retrieved, answer_version
+            ).write(summary)
         return _unchanged(request, source, raw_path, data_sha256, normalized, previous.retrieved)
 
     snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, normalized.records)
@@ -224,7 +263,9 @@ def write_raw_snapshot(
     records_path(raw_path).unlink(missing_ok=True)
     written_sha256 = sha256_hex(data)
     if summary is not None:
-        _SnapshotSummary(written_sha256, request, normalized.sha256, snapshot.retrieved).write(summary)
+        _SnapshotSummary(
+            written_sha256, request, normalized.sha256, normalized.count, snapshot.retrieved, answer_version
+        ).write(summary)
     return IngestOutcome(
         request,
         source,
@@ -279,21 +320,25 @@ def _parsed_or_none(raw_path: Path, data: bytes, data_sha256: str) -> RawSnapsho
         return None
 
 
-# The memo's layout; another version is ignored (and written again).
-SUMMARY_VERSION = 1
+# The memo's layout; another version is ignored (and written again). 2: the records' count and the
+# source's answer version.
+SUMMARY_VERSION = 2
 
 
 @dataclass(frozen=True)
 class _SnapshotSummary:
-    """What ingest compares of a stored inline snapshot (its request and its records' sha256) and the
-    retrieval time it keeps, under the sha256 of the file's bytes. A function of those bytes alone, as the
+    """What ingest compares of a stored inline snapshot (its request and its records' sha256 and count)
+    and the retrieval time it keeps, under the sha256 of the file's bytes; with the source's version of
+    the answer those records were (None: the source gives none). A function of those bytes alone, as the
     parses a process keeps in memory are (raw_snapshots._recent_snapshots): a file changed by any means
     has another sha256, and the memo is then not used."""
 
     file_sha256: str
     request: dict[str, Any]
     records_sha256: str
+    count: int
     retrieved: str
+    answer_version: str | None
 
     @classmethod
     def read(cls, path: Path, file_sha256: str) -> _SnapshotSummary | None:
@@ -302,7 +347,12 @@ class _SnapshotSummary:
             return None
         if not isinstance(memo.get("records_sha256"), str) or not isinstance(memo.get("retrieved"), str):
             return None
-        return cls(file_sha256, memo["request"], memo["records_sha256"], memo["retrieved"])
+        count, answer_version = memo.get("count"), memo.get("answer_version")
+        if not isinstance(count, int) or not isinstance(answer_version, str | None):
+            return None
+        return cls(
+            file_sha256, memo["request"], memo["records_sha256"], count, memo["retrieved"], answer_version
+        )
 
     def write(self, path: Path) -> None:
         replace_file(path, canonical_json({"version": SUMMARY_VERSION, **asdict(self)}).encode("utf-8"))

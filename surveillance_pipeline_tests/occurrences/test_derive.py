@@ -7,13 +7,16 @@ import pytest
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.recent import RecentValues
 from surveillance_pipeline.gbif import raw_snapshots as raw
+from surveillance_pipeline.gbif.client import fetch_all_occurrences
 from surveillance_pipeline.gbif.ingest import ingest_species
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_snapshot
-from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.gbif.registry import packaged_registry_path, read_registry, species_by_slug
+from surveillance_pipeline.lab import gbif_client as lab_gbif_client
 from surveillance_pipeline.lab.gbif_client import LabGbifClient
 from surveillance_pipeline.occurrences import derive
 from surveillance_pipeline.occurrences.derive import derive_occurrences, derive_raw_file
+from surveillance_pipeline_tests.support.pipeline import EditedLabClient
 
 DEVIL = species_by_slug("sarcophilus-harrisii")
 THYLACINE = species_by_slug("thylacinus-cynocephalus")
@@ -107,6 +110,59 @@ def test_an_unchanged_answer_is_told_from_the_summary_without_parsing_the_stored
     kept = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-09T00:00:00Z", summary=summary)
     assert (kept.written, kept.reason) == (False, "nothing changed")  # parsed and compared instead
     assert json.loads(summary.read_bytes())["request"] == DEVIL.request()
+
+
+def test_a_lab_answer_whose_version_the_summary_holds_is_not_drawn_again(tmp_path, monkeypatch):
+    """The lab versions its answers (its generator's source and the species' registry entry): the summary
+    keeps the version its records were, and an equal version skips without serving the answer. A new
+    version fetches and compares; a lab that serves other pages (the tests' edited one) has no version."""
+    path, summary = tmp_path / "raw" / "devil.json", tmp_path / "memos" / "gbif_raw" / "devil.json"
+    params = DEVIL.request()["params"]
+    first = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z", summary=summary)
+    version = LabGbifClient().answer_version(params)
+    assert version is not None and json.loads(summary.read_bytes())["answer_version"] == version
+    before = path.read_bytes()
+    fetched: list[object] = []
+
+    def fetch_counted(client, request_params):
+        fetched.append(request_params)
+        return fetch_all_occurrences(client, request_params)
+
+    monkeypatch.setattr("surveillance_pipeline.gbif.ingest.fetch_all_occurrences", fetch_counted)
+    again = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-08T00:00:00Z", summary=summary)
+    assert fetched == [], "an answer of the version held was served again"
+    assert (again.written, again.reason, again.file_sha256, again.records, again.records_sha256) == (
+        False,
+        "nothing changed",
+        first.file_sha256,
+        2000,
+        first.records_sha256,
+    )
+    assert again.retrieved == first.retrieved and path.read_bytes() == before
+
+    # Another generator (an edit to how the lab draws records): fetched and compared, the file kept.
+    monkeypatch.setattr(lab_gbif_client, "_generator_sha256", lambda: "0" * 64)
+    newer = LabGbifClient().answer_version(params)
+    assert newer != version
+    kept = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-09T00:00:00Z", summary=summary)
+    assert len(fetched) == 1 and (kept.written, kept.reason) == (False, "nothing changed")
+    assert json.loads(summary.read_bytes())["answer_version"] == newer and path.read_bytes() == before
+    monkeypatch.undo()
+
+    # The species' registry entry is part of the version: another count of lab records is another answer.
+    registry = tmp_path / "species.csv"
+    lines = packaged_registry_path().read_text(encoding="utf-8").splitlines(keepends=True)
+    registry.write_text("".join(lines), encoding="utf-8")
+    monkeypatch.setenv("SURVEILLANCE_SPECIES_FILE", str(registry))
+    assert LabGbifClient().answer_version(params) == version, "the same entries from another file"
+    registry.write_text("".join([lines[0], lines[1].replace(",2000\n", ",1999\n"), *lines[2:]]))
+    monkeypatch.setenv("SURVEILLANCE_SPECIES_FILE", str(registry))
+    read_registry.cache_clear()
+    assert LabGbifClient().answer_version(params) not in (None, version)
+    monkeypatch.delenv("SURVEILLANCE_SPECIES_FILE")
+    read_registry.cache_clear()
+
+    assert EditedLabClient(lambda records: records).answer_version(params) is None
 
 
 def test_derive_is_sorted_stable_and_pure(tmp_path):
