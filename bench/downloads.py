@@ -58,8 +58,6 @@ DEFAULT_SIZES = (1_000_000, 5_000_000)
 DEFAULT_SEED = 1
 DEFAULT_RSS_CAP_GB = 8.0
 SELECTION = "gbif_raw,gbif_derived,occurrences"
-# What `make` exports besides .local/env.sh (the Makefile's EVENT_BATCH_SIZE).
-EVENT_BATCH_SIZE = "200"
 SECTION_HEADING = "### GBIF download import"
 GB = 1024 * 1024  # ru_maxrss is in kB
 TARGETS = {
@@ -391,7 +389,7 @@ def measure_limit(
 
 def download_environment(home: Path, storage_url: str, warehouse_url: str, data: Path) -> dict[str, str]:
     """The environment of a run that reads ``data``'s downloads/, on scratch databases: one slot per pool,
-    the events batched as the Makefile batches them."""
+    the events batched as the Makefile batches them (dagster_home)."""
     return {
         **dagster_home(home, urlsplit(storage_url).path.lstrip("/"), pool_limit=1),
         DATABASE_URL_VARIABLE: warehouse_url,
@@ -399,7 +397,6 @@ def download_environment(home: Path, storage_url: str, warehouse_url: str, data:
         "GBIF_SOURCE": "download",
         # A species no download holds is searched through the offline lab data, never GBIF's API.
         "GBIF_FALLBACK_SOURCE": "lab",
-        "DAGSTER_EVENT_BATCH_SIZE": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE),
     }
 
 

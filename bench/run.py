@@ -22,6 +22,7 @@ import csv
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess  # noqa: S404  # psql and dagster are run as the user runs them
@@ -63,6 +64,17 @@ SAMPLE_CAP = 100
 SAMPLE_ROWS = 1_000_000
 # Not a registry species: the bench's rows can never be mistaken for the lab's.
 BENCH_SPECIES = synthetic_species(900_001, "bench-species", "Benchmarkia synthetica", "bench")
+
+
+def makefile_event_batch_size() -> str:
+    """What `make` exports besides .local/env.sh: the Makefile's EVENT_BATCH_SIZE, read from it."""
+    found = re.search(r"^EVENT_BATCH_SIZE := (\d+)$", (PROJECT_ROOT / "Makefile").read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError("the Makefile sets no EVENT_BATCH_SIZE")
+    return found[1]
+
+
+EVENT_BATCH_SIZE = makefile_event_batch_size()
 TARGETS = {
     "refresh_vs_copy": ("refresh / \\copy path", "<=", 1.3),
     "executemany_vs_refresh": ("executemany / refresh", ">=", 15.0),
@@ -325,7 +337,8 @@ def measure_sample(url: str, reps: int) -> dict[str, Any]:
 
 
 def dagster_home(directory: Path, storage_db: str, pool_limit: int) -> dict[str, str]:
-    """A DAGSTER_HOME like the project's (Postgres storage, queued coordinator), on a scratch database."""
+    """A DAGSTER_HOME like the project's (Postgres storage, queued coordinator), on a scratch database,
+    with the events batched as the Makefile batches them (also when the bench is run without make)."""
     directory.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((PROJECT_ROOT / "dagster.yaml").read_text(encoding="utf-8"))
     config["concurrency"]["pools"]["default_limit"] = pool_limit
@@ -335,6 +348,7 @@ def dagster_home(directory: Path, storage_db: str, pool_limit: int) -> dict[str,
         "DAGSTER_PG_DB": storage_db,
         "DAGSTER_ARTIFACTS_DIR": str(directory / "artifacts"),
         "DAGSTER_COMPUTE_LOGS_DIR": str(directory / "compute_logs"),
+        "DAGSTER_EVENT_BATCH_SIZE": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE),
     }
 
 
