@@ -49,6 +49,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "create_geocode_calls"),
     Migration(7, "add_provenance_worker"),
     Migration(8, "watch_targets"),
+    Migration(9, "version_geocode_ledger"),
 )
 
 

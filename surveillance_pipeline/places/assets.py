@@ -40,6 +40,7 @@ def geocoded_localities(
     context: dg.AssetExecutionContext, geocoder: GeocoderSource, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
     client = OneCallAtATime(geocoder.geocoder())
+    called: list[str] = []  # the partitions whose calls wrote the ledger (appended from their threads)
     # Two species at once: one's ledger round trips and reads overlap the other's (the calls themselves
     # stay one at a time; a locality two species share is asked once, under its ledger lock).
     with ThreadConnections(warehouse) as connections:
@@ -54,6 +55,8 @@ def geocoded_localities(
                 run_id=context.run.run_id,
                 memo_path=paths.memo(geocoded.GEOCODED_LOCALITIES.name, slug),
             )
+            if result.run.calls:
+                called.append(slug)
             return outcome_report(
                 result.refresh,
                 table="geocoded_localities",
@@ -65,6 +68,23 @@ def geocoded_localities(
             )
 
         yield from report_partitions(context, geocode_partition, side_by_side=partitions_side_by_side())
+        if called:
+            # The step's calls replaced the ledger's version after the first memos named it: name the
+            # version now in each, so the next run's skips read one row, not each species' stamp.
+            settled = geocoded.settle_memo_versions(
+                connections.get(),
+                (
+                    (
+                        species_by_slug(slug),
+                        paths.raw(slug),
+                        paths.memo(geocoded.GEOCODED_LOCALITIES.name, slug),
+                    )
+                    for slug in context.partition_keys
+                ),
+                client.service,
+                geocoder.ledger_salt,
+            )
+            context.log.info(f"geocoded_localities: the ledger's version named in {settled} memos")
 
 
 class RegionAssignmentConfig(dg.Config):

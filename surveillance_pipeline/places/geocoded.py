@@ -8,7 +8,7 @@ keys, never a locality text: keys and parts are written to provenance and shown 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from surveillance_pipeline.places.ledger import (
     answers_stamp,
     entries_checksum,
     geocode_missing,
+    ledger_version,
 )
 
 PACKAGE = "surveillance_pipeline.places"
@@ -147,6 +148,7 @@ def refresh_geocoded_localities(
     ledger: dict[str, Any] = {}
 
     def parts(connection: psycopg.Connection) -> JobKeyParts:
+        version = ledger_version(connection).token  # before the entries (LedgerVersion says why)
         entries = answers_for(connection, geocoder.service, key_of.values())
         missing = sorted(set(key_of.values()) - set(entries))
         if missing:
@@ -154,7 +156,8 @@ def refresh_geocoded_localities(
         used.update({key: entry.as_list() for key, entry in entries.items()})
         # Read while the entries are share-locked: the stamp is of these very entries.
         checksum = entries_checksum(geocoder.service, entries)
-        ledger.update(stamp=answers_stamp(connection, geocoder.service, key_of.values()), checksum=checksum)
+        stamp = answers_stamp(connection, geocoder.service, key_of.values())
+        ledger.update(stamp=stamp, checksum=checksum, version=version)
         return _parts_of_checksums(_records_sha256(keyed), checksum, geocoder.service)
 
     outcome = refresh_partition(
@@ -224,8 +227,9 @@ def _read_memo(path: Path, memo_key: str) -> dict[str, Any] | None:
 
 
 def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]], ledger: dict[str, Any]) -> None:
-    """``ledger``: the stamp and checksum of the ledger entries the rows were made from, and how many
-    records they found: a skip whose entries have the same stamp uses the checksum without reading them."""
+    """``ledger``: the stamp and checksum of the ledger entries the rows were made from, the ledger's
+    version read before them, and how many records they found: a skip that sees the same version, or
+    else entries with the same stamp, uses the checksum without reading them."""
     memo = {
         "key": memo_key,
         "records_sha256": _records_sha256(keyed),
@@ -233,6 +237,36 @@ def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]], ledger:
         "ledger": ledger,
     }
     replace_file(path, canonical_json(memo).encode("utf-8"))
+
+
+def settle_memo_versions(
+    conn: psycopg.Connection,
+    partitions: Iterable[tuple[Species, Path, Path]],
+    service: str,
+    salt: str,
+) -> int:
+    """After a step whose calls wrote the ledger: give each partition's memo (``(species, raw_path,
+    memo_path)``) the ledger's version now, where the entries' stamp is still the memo's; how many.
+
+    The step's own calls replaced the version after the first memos were written, so without this the
+    next run's skips would each ask for their entries' stamp once more. The version is read before the
+    stamps (LedgerVersion says why); a memo written for other inputs, or whose entries changed, is left
+    as it is, for the next skip to decide."""
+    version = ledger_version(conn).token
+    settled = 0
+    for species, raw_path, memo_path in partitions:
+        if not memo_path.is_file() or not raw_path.is_file():
+            continue
+        memo = _read_memo(memo_path, _memo_key(raw_path, species, service, salt))
+        ledger = memo.get("ledger") if memo is not None else None
+        if memo is None or not isinstance(ledger, dict) or ledger.get("version") == version:
+            continue
+        if ledger.get("stamp") != answers_stamp(conn, service, memo["key_counts"]):
+            continue
+        settled_memo = {**memo, "ledger": {**ledger, "version": version}}
+        replace_file(memo_path, canonical_json(settled_memo).encode("utf-8"))
+        settled += 1
+    return settled
 
 
 def _refresh_from_memo(
@@ -246,9 +280,11 @@ def _refresh_from_memo(
     run_id: str,
 ) -> GeocodedOutcome:
     """refresh_geocoded_localities for an unchanged snapshot: the job key from the memo and the ledger (every
-    key answered, or the whole path geocodes the rest). The ledger's entries are read only when their
-    stamp is not the memo's (a skip of a 5M-record download's species read 134,000 entries to learn they
-    had not changed); a reload, which needs the records, parses them and checks they are the memo's."""
+    key answered, or the whole path geocodes the rest). When the ledger's version is still the memo's,
+    nothing in the ledger has changed, and the job key is the memo's; otherwise the entries' stamp is
+    asked (sending the species' keys), and the entries are read only when it is not the memo's (a skip of a
+    5M-record download's species read 134,000 entries to learn they had not changed). A reload, which
+    needs the records, parses them and checks they are the memo's."""
     counts: dict[str, int] = memo["key_counts"]
     ledger = memo.get("ledger")
     kept: dict[str, Any] = ledger if isinstance(ledger, dict) else {}
@@ -264,18 +300,28 @@ def _refresh_from_memo(
         return entries
 
     def kept_parts(connection: psycopg.Connection) -> JobKeyParts | None:
-        """The parts from the memo's ledger checksum, when the entries' stamp is still the memo's."""
+        """The parts from the memo's ledger checksum, when the ledger's version is still the memo's, or
+        else the entries' stamp is (the version then read before it is kept for the next skip)."""
+        if not isinstance(kept.get("checksum"), str):
+            return None
+        version = ledger_version(connection)
+        parts = _parts_of_checksums(memo["records_sha256"], kept["checksum"], service)
+        if kept.get("version") == version.token and not version.verifying:
+            return parts
         stamp = answers_stamp(connection, service, counts)
-        if kept.get("stamp") == stamp and stamp[0] == len(counts) and isinstance(kept.get("checksum"), str):
-            return _parts_of_checksums(memo["records_sha256"], kept["checksum"], service)
+        if kept.get("stamp") == stamp and stamp[0] == len(counts):
+            if kept.get("version") != version.token:
+                fresh.update(stamp=stamp, checksum=kept["checksum"], version=version.token)
+            return parts
         return None
 
     def parts(connection: psycopg.Connection) -> JobKeyParts:
         unchanged = kept_parts(connection)
         if unchanged is not None:
             return unchanged
+        version = ledger_version(connection).token  # before the entries (LedgerVersion says why)
         checksum = entries_checksum(service, read_entries(connection))
-        fresh.update(stamp=answers_stamp(connection, service, counts), checksum=checksum)
+        fresh.update(stamp=answers_stamp(connection, service, counts), checksum=checksum, version=version)
         return _parts_of_checksums(memo["records_sha256"], checksum, service)
 
     def replace_rows(connection: psycopg.Connection) -> int:
@@ -304,7 +350,7 @@ def _refresh_from_memo(
     else:
         found = int(kept.get("found", 0))
     if fresh:
-        # The entries were read (a first skip after this memo format, or answers that changed): keep their
-        # stamp, so the next skip need not read them.
+        # The entries or their stamp were read (the ledger changed since the memo, or its entries did):
+        # keep the version and stamp, so the next skip need not read either.
         replace_file(memo_path, canonical_json({**memo, "ledger": {**fresh, "found": found}}).encode("utf-8"))
     return GeocodedOutcome(outcome, GeocodeRun(calls=0, reused=len(counts)), sum(counts.values()), found)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psycopg
 
+from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import commit_without_waiting_for_disk, ensure_state_tables
 from surveillance_pipeline.core.sql_files import load_sql
@@ -127,6 +129,27 @@ def answers_stamp(conn: psycopg.Connection, service: str, keys: Iterable[str]) -
         prepare=KEY_LIST_PREPARE,
     ).fetchone()
     return [int(row[0]), str(row[1])] if row is not None else [0, ""]
+
+
+class LedgerVersion(NamedTuple):
+    """The ledger's version (migration 9): a token every statement that writes geocode_calls replaces.
+
+    Read before the entries or their stamp, it vouches for them: seen again later, no write has committed
+    in between, so the entries are still those read after it. (Read after them, a write committed in
+    between would pair the new token with the old entries.)"""
+
+    token: str
+    # The connection verifies every skip (make repair): a skip then trusts no token, only the entries.
+    verifying: bool
+
+
+def ledger_version(conn: psycopg.Connection) -> LedgerVersion:
+    row = conn.execute(
+        load_sql(PACKAGE, "select_geocode_ledger_version"), {"verify": VERIFY_SETTING}
+    ).fetchone()
+    if row is None:
+        raise RuntimeError("geocode_ledger_version holds no row (migration 9 inserts it)")
+    return LedgerVersion(str(row[0]), bool(row[1]))
 
 
 def _key_list(keys: Iterable[str]) -> str:

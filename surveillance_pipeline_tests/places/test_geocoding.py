@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+import psycopg
 import pytest
 
 from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE
+from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.geocoding.service import (
     USER_AGENT,
@@ -19,10 +21,12 @@ from surveillance_pipeline.geocoding.service import (
 from surveillance_pipeline.lab.gbif_client import lab_records
 from surveillance_pipeline.lab.geocoder import LabGeocoder
 from surveillance_pipeline.occurrences.assets import gbif_raw
-from surveillance_pipeline.orchestration.resources import GeocoderSource
+from surveillance_pipeline.orchestration.reporting import partition_range_tags
+from surveillance_pipeline.orchestration.resources import GeocoderSource, Warehouse
 from surveillance_pipeline.places import geocoded
 from surveillance_pipeline.places.assets import geocoded_localities
 from surveillance_pipeline.places.geocoded import refresh_geocoded_localities
+from surveillance_pipeline.places.ledger import answers_stamp, ledger_version
 from surveillance_pipeline_tests.support.fake_geocoder import FakeGeocoder
 from surveillance_pipeline_tests.support.pipeline import DEVIL, TEST_LEDGER_SALT, metadata, resources
 
@@ -253,3 +257,98 @@ def test_an_unchanged_snapshot_skips_from_the_memo_and_a_wrong_memo_is_not_trust
         assert (checked["action"], checked["reason"]) == ("skipped", "nothing changed")
         assert json.loads(memo.read_text(encoding="utf-8"))["records_sha256"] != "0" * 64
         assert _table_md5(db) == before
+
+
+def test_every_write_to_the_ledger_renews_its_version_and_a_rollback_keeps_it(db):
+    ensure_state_tables(db)
+    versions = [ledger_version(db).token]
+    writes = [
+        "INSERT INTO geocode_calls (service, idempotency_key, status) VALUES ('s', 'k1', 'pending')",
+        "UPDATE geocode_calls SET status = 'not_found' WHERE idempotency_key = 'k1'",
+        "UPDATE geocode_calls SET attempts = attempts WHERE idempotency_key = 'no such key'",
+        "DELETE FROM geocode_calls WHERE idempotency_key = 'k1'",
+        "TRUNCATE geocode_calls",
+    ]
+    for statement in writes:
+        db.execute(statement)
+        versions.append(ledger_version(db).token)
+    assert len(set(versions)) == len(versions), "a statement that wrote (or could have) kept the version"
+    with pytest.raises(psycopg.errors.CheckViolation), db.transaction():
+        db.execute("INSERT INTO geocode_calls (service, idempotency_key, status) VALUES ('s', 'k2', 'found')")
+    assert ledger_version(db).token == versions[-1], "a rolled-back write renewed the version"
+    assert ledger_version(db).verifying is False
+
+
+# Two species in registry order, the second with localities the first lacks: its calls write the ledger
+# after the first's memo was written.
+FIRST_OF_TWO, SECOND_OF_TWO = "thylacinus-cynocephalus", "ornithorhynchus-anatinus"
+
+
+def test_a_skip_reads_the_ledgers_version_and_asks_for_the_stamp_only_after_a_write(
+    db, database_url, data_dir, monkeypatch
+):
+    """The first run names the ledger's version in each memo after its calls (the first species' memo
+    too, written before the second's calls); a skip that finds it unchanged asks for nothing else. Any
+    write to the ledger (here one that changes no value) renews the version: the next skip asks for the
+    entries' stamp, finds it unchanged, and names the new version. make repair trusts no version."""
+    stamps_asked: list[object] = []
+
+    def counted_stamp(conn, service, keys):
+        stamps_asked.append(service)
+        return answers_stamp(conn, service, keys)
+
+    def actions(result) -> dict[str | None, str]:
+        return {
+            event.partition: event.materialization.metadata["action"].value
+            for event in result.get_asset_materialization_events()
+            if event.asset_key == dg.AssetKey("geocoded_localities")
+        }
+
+    memos = [
+        data_dir / "memos" / "geocoded_localities" / f"{slug}.json" for slug in (FIRST_OF_TWO, SECOND_OF_TWO)
+    ]
+    # One partition at a time, so that the second species' calls follow the first's memo.
+    monkeypatch.setattr("surveillance_pipeline.places.assets.partitions_side_by_side", lambda: 1)
+    with FakeGeocoder() as fake, dg.instance_for_test() as instance:
+        bound = resources(database_url, data_dir)
+        bound["geocoder"] = GeocoderSource(
+            kind="http", base_url=fake.base_url, requests_per_second=1000.0, ledger_salt=TEST_LEDGER_SALT
+        )
+
+        def run_both(**overrides):
+            return dg.materialize(
+                [gbif_raw, geocoded_localities],
+                instance=instance,
+                resources={**bound, **overrides},
+                tags=partition_range_tags(FIRST_OF_TWO, SECOND_OF_TWO),
+            )
+
+        first = run_both()
+        assert actions(first) == {FIRST_OF_TWO: "loaded", SECOND_OF_TWO: "loaded"}
+        # The first species has 11 localities, the second 4 more: each asked once.
+        assert len(fake.answered) == len(set(fake.answered)) == 15, "the second species made calls"
+        version = ledger_version(db).token
+        assert [json.loads(m.read_text(encoding="utf-8"))["ledger"]["version"] for m in memos] == [
+            version
+        ] * 2
+        monkeypatch.setattr(geocoded, "answers_stamp", counted_stamp)
+
+        skipped = run_both()
+        assert actions(skipped) == {FIRST_OF_TWO: "skipped", SECOND_OF_TWO: "skipped"} and stamps_asked == []
+
+        db.execute("UPDATE geocode_calls SET attempts = attempts")
+        renewed = ledger_version(db).token
+        after_write = run_both()
+        assert actions(after_write) == {FIRST_OF_TWO: "skipped", SECOND_OF_TWO: "skipped"}
+        assert len(stamps_asked) == 2, "a skip after a write to the ledger trusted the old version"
+        assert [json.loads(m.read_text(encoding="utf-8"))["ledger"]["version"] for m in memos] == [
+            renewed
+        ] * 2
+
+        stamps_asked.clear()
+        run_both()
+        assert stamps_asked == []
+
+        repair = run_both(warehouse=Warehouse(database_url=database_url, verify_targets=True))
+        assert actions(repair) == {FIRST_OF_TWO: "skipped", SECOND_OF_TWO: "skipped"}
+        assert len(stamps_asked) >= 2, "make repair's skip trusted the ledger's version"

@@ -8,8 +8,9 @@ from surveillance_pipeline.core.keys import sha256_file
 
 # Memos of file stamps (inode, size, mtime, ctime: core.partition_files.file_stamp): the same outputs
 # written twice, or in two places, have other stamps. They are compared by name, never by bytes:
-# masked_release's, and every ``<partition>.stamps.json`` (DataPaths.stamps).
-STAMP_MEMOS = ("memos/masked_release",)
+# masked_release's, and every ``<partition>.stamps.json`` (DataPaths.stamps). geocoded_localities' memos
+# name the geocoder ledger's version, a token each warehouse draws anew (migration 9): by name too.
+STAMP_MEMOS = ("memos/masked_release", "memos/geocoded_localities")
 STAMP_MEMO_SUFFIX = ".stamps.json"
 STAMPS = "(stamps)"
 

@@ -59,6 +59,7 @@ STATE_TABLES = {
     "batch_ledger",
     "external_calls",
     "geocode_calls",
+    "geocode_ledger_version",
     "target_edits",
     "spatial_ref_sys",
 }
