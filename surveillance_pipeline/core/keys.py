@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 # Order in which changed parts are named in a reason ("transform and config changed").
@@ -25,6 +26,18 @@ def canonical_json(value: Any) -> str:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def modules_source_sha256(*modules: ModuleType) -> str:
+    """The sha256 of these modules' source files, in order: a version of what their code does that no one
+    has to remember to bump (a comment's edit is a new version too, which costs one full compare). Call
+    at import, so that it names the code this process runs, not a file edited on disk since."""
+    digest = hashlib.sha256()
+    for module in modules:
+        if module.__file__ is None:
+            raise RuntimeError(f"module {module.__name__} has no source file to version")
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:

@@ -5,6 +5,7 @@ Fetch a species, normalize, and keep the old file if equal.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -13,8 +14,9 @@ from typing import Any
 
 import psycopg
 
+from surveillance_pipeline.core import keys as keys_module
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.keys import canonical_json, modules_source_sha256, sha256_hex
 from surveillance_pipeline.core.partition_files import (
     delete_stale_staging_file,
     keep_file_stamps,
@@ -23,6 +25,8 @@ from surveillance_pipeline.core.partition_files import (
     sha256_file_stamped,
 )
 from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, record_provenance
+from surveillance_pipeline.gbif import client as client_module
+from surveillance_pipeline.gbif import raw_snapshots as raw_snapshots_module
 from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
 from surveillance_pipeline.gbif.downloads import DownloadInfo
@@ -35,6 +39,13 @@ from surveillance_pipeline.gbif.raw_snapshots import (
 )
 from surveillance_pipeline.gbif.records import RecordsWriter, copy_records
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
+
+# The code that turns a search answer into a stored snapshot (paging, normalizing, the file's layout, the
+# canonical JSON), hashed at import: a source's answer version vouches for a stored file only together
+# with it, so a change to how answers are stored is fetched and compared again.
+STORING_CODE_SHA256 = modules_source_sha256(
+    sys.modules[__name__], raw_snapshots_module, client_module, keys_module
+)
 
 # A download whose zip says nothing of when it was made (no key, no metadata, no member times): a fixed
 # time, never the clock, so the same downloads give the same raw bytes.
@@ -64,16 +75,18 @@ def ingest_species(
     raw_path: Path,
     retrieved: str | None = None,
     summary: Path | None = None,
+    trust_answer_versions: bool = True,
 ) -> IngestOutcome:
     """Fetch one species and write its raw snapshot, unless the stored one has the same request and records.
 
     Keeping the old file keeps its ``retrieved`` time and so its sha256: an unchanged GBIF answer changes
     nothing downstream. ``summary``: the memo of the stored file's summary (write_raw_snapshot). A source
-    that versions its answers (the lab) is not asked again for an answer whose version the memo holds.
+    that versions its answers (the lab) is not asked again for an answer whose version the memo holds,
+    stored by this code; unless ``trust_answer_versions`` is False (make repair), which always fetches.
     """
     request = species.request()
-    answer_version = client.answer_version(request["params"])
-    if answer_version is not None and summary is not None:
+    answer_version = _stored_answer_version(client.answer_version(request["params"]))
+    if answer_version is not None and summary is not None and trust_answer_versions:
         held = _held_answer(request, client.source, raw_path, summary, answer_version)
         if held is not None:
             return held
@@ -81,6 +94,13 @@ def ingest_species(
     # The lab's data has a fixed retrieval time, so a fresh data folder gets the same raw bytes.
     stamp = retrieved or client.snapshot_retrieved
     return write_raw_snapshot(request, client.source, records, raw_path, stamp, summary, answer_version)
+
+
+def _stored_answer_version(answer_version: str | None) -> str | None:
+    """The source's version of an answer, stored by this code (STORING_CODE_SHA256); None: no version."""
+    if answer_version is None:
+        return None
+    return sha256_hex(canonical_json([answer_version, STORING_CODE_SHA256]).encode("utf-8"))
 
 
 def _held_answer(
@@ -372,18 +392,22 @@ def refresh_raw_snapshot(
     run_id: str,
     summary: Path | None = None,
     stamps: Path | None = None,
+    trust_answer_versions: bool = True,
 ) -> tuple[RefreshOutcome, IngestOutcome]:
     """Ingest one species from the downloads' indexes, else from occurrence search; record provenance.
 
     ``search_client`` is called only when the downloads do not hold the species, so a run whose species
     all come from downloads never builds one. The data version is the raw file's sha256. ``summary`` and
-    ``stamps``: gbif_raw's memos (write_raw_snapshot, ingest_species_from_downloads).
+    ``stamps``: gbif_raw's memos (write_raw_snapshot, ingest_species_from_downloads);
+    ``trust_answer_versions``: ingest_species's (False under make repair).
     """
     delete_stale_staging_file(raw_path)
     delete_stale_staging_file(records_path(raw_path))
     ingested = ingest_species_from_downloads(indexes, species, raw_path, stamps)
     if ingested is None:
-        ingested = ingest_species(search_client(), species, raw_path, summary=summary)
+        ingested = ingest_species(
+            search_client(), species, raw_path, summary=summary, trust_answer_versions=trust_answer_versions
+        )
     parts = {"request": ingested.request, "source": ingested.source, "records": ingested.records_sha256}
     action = LOADED if ingested.written else SKIPPED
     outcome = RefreshOutcome(action, ingested.reason, ingested.file_sha256, parts, ingested.records)

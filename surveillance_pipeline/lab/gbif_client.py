@@ -8,13 +8,13 @@ as GBIF's own order is not ours to rely on; ingest sorts them.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from surveillance_pipeline.core.keys import canonical_json, sha256_hex
+from surveillance_pipeline.core.keys import canonical_json, modules_source_sha256, sha256_hex
 from surveillance_pipeline.gbif.client import LAB_SOURCE
 from surveillance_pipeline.gbif.registry import Species, load_registry
 from surveillance_pipeline.lab import gazetteer
@@ -153,10 +153,15 @@ def _record(species: Species, index: int, key: int) -> dict[str, Any]:
     return record
 
 
-@cache
 def lab_records(slug: str) -> tuple[dict[str, Any], ...]:
-    """Every lab record of one species, in the lab's own (generation) order."""
-    species = next(s for s in load_registry() if s.slug == slug)
+    """Every lab record of one species of the registry in use, in the lab's own (generation) order."""
+    return _species_records(next(s for s in load_registry() if s.slug == slug))
+
+
+@cache
+def _species_records(species: Species) -> tuple[dict[str, Any], ...]:
+    # Cached by the whole registry entry, not the slug: another registry's entry (another count of lab
+    # records) is another answer, as answer_version says.
     return tuple(_record(species, index, key) for index, key in enumerate(_gbif_ids(species)))
 
 
@@ -179,14 +184,10 @@ def _species_by_params(registry: tuple[Species, ...]) -> dict[tuple[tuple[str, s
     return found
 
 
-@cache
-def _generator_sha256() -> str:
-    """The sha256 of the lab generator's own source (this module and its gazetteer): any edit to how
-    records are drawn, a comment included, is a new version of every answer (costing one full compare)."""
-    digest = hashlib.sha256()
-    for source_file in (Path(__file__), Path(gazetteer.__file__)):
-        digest.update(source_file.read_bytes())
-    return digest.hexdigest()
+# The lab generator's own source (this module and its gazetteer), hashed at import: the code this process
+# draws records with. Any edit to how records are drawn, a comment included, is a new version of every
+# answer (costing one full compare).
+GENERATOR_SHA256 = modules_source_sha256(sys.modules[__name__], gazetteer)
 
 
 class LabGbifClient:
@@ -197,7 +198,7 @@ class LabGbifClient:
 
     def search_occurrences(self, params: Mapping[str, Any], *, offset: int, limit: int) -> dict[str, Any]:
         species = species_for_params(params)
-        records = lab_records(species.slug) if species else ()
+        records = _species_records(species) if species else ()
         page = list(records[offset : offset + limit])
         return {
             "count": len(records),
@@ -217,7 +218,7 @@ class LabGbifClient:
             return None
         species = species_for_params(params)
         answer = {
-            "generator": _generator_sha256(),
+            "generator": GENERATOR_SHA256,
             "params": dict(_params_text(params)),
             "species": asdict(species) if species is not None else None,
         }

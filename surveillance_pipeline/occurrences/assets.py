@@ -106,7 +106,8 @@ def gbif_raw(
         return clients[0]
 
     with warehouse.connect() as conn:
-        # make repair trusts no file's stamp: every records file is hashed.
+        # make repair trusts no file's stamp (every records file is hashed) and no answer's version (the
+        # search is asked again).
         trust_stamps = not verify_every_skip(conn)
 
         def ingest_partition(slug: str) -> PartitionReport:
@@ -119,6 +120,7 @@ def gbif_raw(
                 run_id=context.run.run_id,
                 summary=paths.memo(RAW_ASSET, slug),
                 stamps=paths.stamps(RAW_ASSET, slug) if trust_stamps else None,
+                trust_answer_versions=trust_stamps,
             )
             path = dg.MetadataValue.path(str(ingested.path))
             return outcome_report(outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved)

@@ -6,6 +6,7 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.recent import RecentValues
+from surveillance_pipeline.gbif import ingest
 from surveillance_pipeline.gbif import raw_snapshots as raw
 from surveillance_pipeline.gbif.client import fetch_all_occurrences
 from surveillance_pipeline.gbif.ingest import ingest_species
@@ -114,22 +115,32 @@ def test_an_unchanged_answer_is_told_from_the_summary_without_parsing_the_stored
 
 def test_a_lab_answer_whose_version_the_summary_holds_is_not_drawn_again(tmp_path, monkeypatch):
     """The lab versions its answers (its generator's source and the species' registry entry): the summary
-    keeps the version its records were, and an equal version skips without serving the answer. A new
-    version fetches and compares; a lab that serves other pages (the tests' edited one) has no version."""
+    keeps the version its records were, with the code that stored them, and an equal version skips
+    without serving the answer. A new version of either fetches and compares, as make repair always does;
+    a lab that serves other pages (the tests' edited one) has no version."""
     path, summary = tmp_path / "raw" / "devil.json", tmp_path / "memos" / "gbif_raw" / "devil.json"
     params = DEVIL.request()["params"]
+
+    def held_version() -> str:
+        return json.loads(summary.read_bytes())["answer_version"]
+
     first = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-01T00:00:00Z", summary=summary)
     version = LabGbifClient().answer_version(params)
-    assert version is not None and json.loads(summary.read_bytes())["answer_version"] == version
-    before = path.read_bytes()
+    assert version is not None and isinstance(held_version(), str)
+    before, held = path.read_bytes(), held_version()
     fetched: list[object] = []
 
     def fetch_counted(client, request_params):
         fetched.append(request_params)
         return fetch_all_occurrences(client, request_params)
 
+    def ingest_again(**options):
+        return ingest_species(
+            LabGbifClient(), DEVIL, path, retrieved="2026-11-09T00:00:00Z", summary=summary, **options
+        )
+
     monkeypatch.setattr("surveillance_pipeline.gbif.ingest.fetch_all_occurrences", fetch_counted)
-    again = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-08T00:00:00Z", summary=summary)
+    again = ingest_again()
     assert fetched == [], "an answer of the version held was served again"
     assert (again.written, again.reason, again.file_sha256, again.records, again.records_sha256) == (
         False,
@@ -140,25 +151,32 @@ def test_a_lab_answer_whose_version_the_summary_holds_is_not_drawn_again(tmp_pat
     )
     assert again.retrieved == first.retrieved and path.read_bytes() == before
 
-    # Another generator (an edit to how the lab draws records): fetched and compared, the file kept.
-    monkeypatch.setattr(lab_gbif_client, "_generator_sha256", lambda: "0" * 64)
-    newer = LabGbifClient().answer_version(params)
-    assert newer != version
-    kept = ingest_species(LabGbifClient(), DEVIL, path, retrieved="2026-11-09T00:00:00Z", summary=summary)
-    assert len(fetched) == 1 and (kept.written, kept.reason) == (False, "nothing changed")
-    assert json.loads(summary.read_bytes())["answer_version"] == newer and path.read_bytes() == before
-    monkeypatch.undo()
+    # make repair trusts no version: fetched and compared, the file kept.
+    repaired = ingest_again(trust_answer_versions=False)
+    assert len(fetched) == 1 and (repaired.written, repaired.reason) == (False, "nothing changed")
 
-    # The species' registry entry is part of the version: another count of lab records is another answer.
+    # Another generator (an edit to how the lab draws records), or other code storing the answers:
+    # fetched and compared, the file kept, the new version held.
+    for module, name in ((lab_gbif_client, "GENERATOR_SHA256"), (ingest, "STORING_CODE_SHA256")):
+        with monkeypatch.context() as patched:
+            patched.setattr(module, name, "0" * 64)
+            fetches = len(fetched)
+            kept = ingest_again()
+            assert len(fetched) == fetches + 1 and (kept.written, kept.reason) == (False, "nothing changed")
+            assert held_version() != held and path.read_bytes() == before
+    assert LabGbifClient().answer_version(params) == version
+
+    # The species' registry entry is part of the version, and of the answer: another count of lab records.
     registry = tmp_path / "species.csv"
     lines = packaged_registry_path().read_text(encoding="utf-8").splitlines(keepends=True)
     registry.write_text("".join(lines), encoding="utf-8")
     monkeypatch.setenv("SURVEILLANCE_SPECIES_FILE", str(registry))
     assert LabGbifClient().answer_version(params) == version, "the same entries from another file"
     registry.write_text("".join([lines[0], lines[1].replace(",2000\n", ",1999\n"), *lines[2:]]))
-    monkeypatch.setenv("SURVEILLANCE_SPECIES_FILE", str(registry))
     read_registry.cache_clear()
     assert LabGbifClient().answer_version(params) not in (None, version)
+    fewer = ingest_again()
+    assert (fewer.written, fewer.records) == (True, 1999), "the answer of the registry read before was kept"
     monkeypatch.delenv("SURVEILLANCE_SPECIES_FILE")
     read_registry.cache_clear()
 
