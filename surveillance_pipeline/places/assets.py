@@ -1,7 +1,9 @@
 """geocoded_localities and region_assignment: thin Dagster assets over the places core."""
 
 import dagster as dg
+import psycopg
 
+from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.geocoding.service import OneCallAtATime
 from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
@@ -70,21 +72,20 @@ def geocoded_localities(
         yield from report_partitions(context, geocode_partition, side_by_side=partitions_side_by_side())
         if called:
             # The step's calls replaced the ledger's version after the first memos named it: name the
-            # version now in each, so the next run's skips read one row, not each species' stamp.
-            settled = geocoded.settle_memo_versions(
-                connections.get(),
-                (
-                    (
-                        species_by_slug(slug),
-                        paths.raw(slug),
-                        paths.memo(geocoded.GEOCODED_LOCALITIES.name, slug),
-                    )
-                    for slug in context.partition_keys
-                ),
-                client.service,
-                geocoder.ledger_salt,
-            )
-            context.log.info(f"geocoded_localities: the ledger's version named in {settled} memos")
+            # version now in each, so the next run's skips read one row, not each species' stamp. Only
+            # a saving: what goes wrong here costs the next run its stamps, never this step its success.
+            partitions = [
+                (species_by_slug(slug), paths.raw(slug), paths.memo(geocoded.GEOCODED_LOCALITIES.name, slug))
+                for slug in context.partition_keys
+            ]
+            try:
+                settled = geocoded.settle_memo_versions(
+                    connections.get(), partitions, client.service, geocoder.ledger_salt
+                )
+            except (InputError, OSError, ValueError, psycopg.Error) as error:
+                context.log.warning(f"geocoded_localities: the memos keep their versions ({error})")
+            else:
+                context.log.info(f"geocoded_localities: the ledger's version named in {settled} memos")
 
 
 class RegionAssignmentConfig(dg.Config):

@@ -18,7 +18,7 @@ from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.keys import advisory_lock_id, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import commit_without_waiting_for_disk, ensure_state_tables
 from surveillance_pipeline.core.sql_files import load_sql
-from surveillance_pipeline.geocoding.service import Geocoder
+from surveillance_pipeline.geocoding.service import GeocodeAnswer, Geocoder
 
 PACKAGE = "surveillance_pipeline.places"
 # The statements that look up a species' ledger keys (thousands per species) are planned afresh each time,
@@ -86,21 +86,38 @@ def geocode_missing(conn: psycopg.Connection, geocoder: Geocoder, texts_by_key: 
                     {"service": geocoder.service, "key": key},
                 )
             answer = geocoder.geocode(texts_by_key[key])  # raises: the row stays pending, earlier ones stay
+            _record_answer(conn, geocoder.service, key, answer)
+            calls += 1
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [lock])
+    return GeocodeRun(calls=calls, reused=reused)
+
+
+# Attempts at committing an answer that PostgreSQL chose as a deadlock's victim. The version's trigger
+# (migration 9) has every write to the ledger update one row, so a transaction outside the pipeline that
+# writes the ledger in two statements, the second waiting for the row being answered, can deadlock with
+# the answer; the answer is paid for, so it is written again rather than asked again.
+ANSWER_ATTEMPTS = 3
+
+
+def _record_answer(conn: psycopg.Connection, service: str, key: str, answer: GeocodeAnswer) -> None:
+    for attempt in range(1, ANSWER_ATTEMPTS + 1):
+        try:
             with conn.transaction():
                 conn.execute(
                     load_sql(PACKAGE, "update_geocode_call_answer"),
                     {
-                        "service": geocoder.service,
+                        "service": service,
                         "key": key,
                         "status": answer.status,
                         "longitude": answer.longitude,
                         "latitude": answer.latitude,
                     },
                 )
-            calls += 1
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", [lock])
-    return GeocodeRun(calls=calls, reused=reused)
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == ANSWER_ATTEMPTS:
+                raise
 
 
 def _answered(conn: psycopg.Connection, service: str, key: str) -> bool:
