@@ -31,7 +31,6 @@ from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch
 from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
 from surveillance_pipeline.gbif.downloads import DownloadInfo
 from surveillance_pipeline.gbif.raw_snapshots import (
-    NormalizedRecords,
     RawSnapshot,
     normalize_records,
     parse_raw_snapshot,
@@ -116,17 +115,7 @@ def _held_answer(
     kept = _SnapshotSummary.read(summary, data_sha256)
     if kept is None or kept.request != request or kept.answer_version != answer_version:
         return None
-    return IngestOutcome(
-        request,
-        source,
-        False,
-        "nothing changed",
-        raw_path,
-        data_sha256,
-        kept.count,
-        kept.records_sha256,
-        kept.retrieved,
-    )
+    return _unchanged(request, source, raw_path, data_sha256, kept.count, kept.records_sha256, kept.retrieved)
 
 
 def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
@@ -179,15 +168,14 @@ def ingest_species_from_downloads(
         and records_file.is_file()
         and sha256_file_stamped(records_file, stamps) == previous.records_sha256
     ):
-        return IngestOutcome(
+        records_sha256 = previous.records_sha256 or ""
+        return _unchanged(
             request,
             DOWNLOAD_SOURCE,
-            False,
-            "nothing changed",
             raw_path,
             previous_sha256,
             previous.count or 0,
-            previous.records_sha256 or "",
+            records_sha256,
             previous.retrieved,
         )
     if len(sources) == 1:
@@ -262,7 +250,9 @@ def write_raw_snapshot(
     if kept is not None and kept.request == request and kept.records_sha256 == normalized.sha256:
         if summary is not None and kept.answer_version != answer_version:
             replace(kept, answer_version=answer_version).write(summary)
-        return _unchanged(request, source, raw_path, data_sha256, normalized, kept.retrieved)
+        return _unchanged(
+            request, source, raw_path, data_sha256, normalized.count, normalized.sha256, kept.retrieved
+        )
     previous = _parsed_or_none(raw_path, data, data_sha256) if data is not None else None
     if (
         previous is not None
@@ -274,7 +264,9 @@ def write_raw_snapshot(
             _SnapshotSummary(
                 data_sha256, request, normalized.sha256, normalized.count, previous.retrieved, answer_version
             ).write(summary)
-        return _unchanged(request, source, raw_path, data_sha256, normalized, previous.retrieved)
+        return _unchanged(
+            request, source, raw_path, data_sha256, normalized.count, normalized.sha256, previous.retrieved
+        )
 
     snapshot = RawSnapshot(request, retrieved or utc_now_text(), source, normalized.records)
     data = snapshot.to_bytes()
@@ -304,19 +296,13 @@ def _unchanged(
     source: str,
     raw_path: Path,
     file_sha256: str,
-    normalized: NormalizedRecords,
+    records: int,
+    records_sha256: str,
     retrieved: str,
 ) -> IngestOutcome:
+    """The outcome of an ingest that kept the stored file as it was."""
     return IngestOutcome(
-        request,
-        source,
-        False,
-        "nothing changed",
-        raw_path,
-        file_sha256,
-        normalized.count,
-        normalized.sha256,
-        retrieved,
+        request, source, False, "nothing changed", raw_path, file_sha256, records, records_sha256, retrieved
     )
 
 
