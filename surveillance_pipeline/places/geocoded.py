@@ -239,6 +239,11 @@ def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]], ledger:
     replace_file(path, canonical_json(memo).encode("utf-8"))
 
 
+def _write_ledger(path: Path, memo: dict[str, Any], ledger: dict[str, Any]) -> None:
+    """The memo again, with what it knows of the ledger (stamp, checksum, version, found) replaced."""
+    replace_file(path, canonical_json({**memo, "ledger": ledger}).encode("utf-8"))
+
+
 def settle_memo_versions(
     conn: psycopg.Connection,
     partitions: Iterable[tuple[Species, Path, Path]],
@@ -263,8 +268,7 @@ def settle_memo_versions(
             continue
         if ledger.get("stamp") != answers_stamp(conn, service, memo["key_counts"]):
             continue
-        settled_memo = {**memo, "ledger": {**ledger, "version": version}}
-        replace_file(memo_path, canonical_json(settled_memo).encode("utf-8"))
+        _write_ledger(memo_path, memo, {**ledger, "version": version})
         settled += 1
     return settled
 
@@ -352,5 +356,5 @@ def _refresh_from_memo(
     if fresh:
         # The entries or their stamp were read (the ledger changed since the memo, or its entries did):
         # keep the version and stamp, so the next skip need not read either.
-        replace_file(memo_path, canonical_json({**memo, "ledger": {**fresh, "found": found}}).encode("utf-8"))
+        _write_ledger(memo_path, memo, {**fresh, "found": found})
     return GeocodedOutcome(outcome, GeocodeRun(calls=0, reused=len(counts)), sum(counts.values()), found)
