@@ -4,9 +4,10 @@ The DuckDB and Python engines read the derived CSV files and apply the row-shapi
 ``occurrences`` recorded for each species, then the cap that ``occurrence_sample`` recorded: they recompute
 the sample from the files, they do not read the table. All three must give the same count and ids md5.
 
-Running the file engines costs a pass over every derived file (at 20M records, most of a no-change run and
-2.5 GB), so the check keeps the summaries it found with the key of their inputs (``engines_inputs_key``)
-and, over the same inputs, reports them again instead of recomputing what deterministic engines repeat.
+Running the file engines costs a pass over every derived file (at 5M records, 3 s for DuckDB and 10 s for
+Python, in memory that does not grow with the files), so the check keeps the summaries it found with the
+key of their inputs (``engines_inputs_key``) and, over the same inputs, reports them again instead of
+recomputing what deterministic engines repeat.
 """
 
 from __future__ import annotations
@@ -70,38 +71,48 @@ def postgis_summary(conn: psycopg.Connection) -> SampleSummary:
 
 
 def duckdb_summary(rules: list[SpeciesSampleRule]) -> SampleSummary:
-    if not rules:
-        return python_summary(rules)
+    """The DuckDB engine: each species' top ``cap`` by the md5 rule, one derived file at a time, then the
+    summary in DuckDB too."""
     with duckdb.connect(":memory:") as con:
-        con.execute(
-            "CREATE TABLE rules (species_id INTEGER, path VARCHAR, licenses VARCHAR[], "
-            "require_coordinates BOOLEAN, cap INTEGER)"
-        )
-        con.executemany(
-            "INSERT INTO rules VALUES (?, ?, ?, ?, ?)",
-            [
-                [r.species_id, str(r.derived_path), list(r.licenses), r.require_coordinates, r.cap]
-                for r in rules
-            ],
-        )
-        row = con.execute(
-            sql_text(PACKAGE, "select_duckdb_sample_summary"),
-            [[str(r.derived_path) for r in rules]],
-        ).fetchone()
+        con.execute("CREATE TABLE picked (species_id INTEGER, id BIGINT)")
+        pick = sql_text(PACKAGE, "insert_duckdb_species_sample")
+        for rule in rules:
+            con.execute(
+                pick,
+                {
+                    "species_id": rule.species_id,
+                    "path": str(rule.derived_path),
+                    "licenses": list(rule.licenses),
+                    "require_coordinates": rule.require_coordinates,
+                    "cap": rule.cap,
+                },
+            )
+        row = con.execute(sql_text(PACKAGE, "select_duckdb_sample_summary")).fetchone()
     records, species, ids_md5 = row if row else (0, 0, "")
     return SampleSummary(int(records), int(species), ids_md5)
 
 
 def python_summary(rules: list[SpeciesSampleRule]) -> SampleSummary:
+    """The plain Python engine: the derived files read with the csv module, the pick by rules.pick_sample."""
     picked: dict[int, list[int]] = {}
     for rule in rules:
         with rule.derived_path.open(newline="", encoding="utf-8") as handle:
+            # Lists by column position, not a dict per row: 5M records took 16.5 s with DictReader, 9.8 s so.
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            try:
+                at_id, at_license, at_longitude = (
+                    header.index(name) for name in ("id", "license", "longitude")
+                )
+            except ValueError:
+                raise ValueError(f"{rule.derived_path}: line 1: no id, license or longitude column") from None
+            licenses, coordinates_required = frozenset(rule.licenses), rule.require_coordinates
             # A generator: the ids stream into the pick, which keeps only the cap (not the species).
             ids = (
-                int(row["id"])
-                for row in csv.DictReader(handle)
-                if (not row["license"] or row["license"] in rule.licenses)
-                and (not rule.require_coordinates or row["longitude"])
+                int(row[at_id])
+                for row in reader
+                if (not row[at_license] or row[at_license] in licenses)
+                and (not coordinates_required or row[at_longitude])
             )
             picked[rule.species_id] = [gbif_id for gbif_id, _ in pick_sample(ids, rule.cap)]
     return summarize_ids(picked)

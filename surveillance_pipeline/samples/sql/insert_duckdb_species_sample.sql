@@ -1,0 +1,14 @@
+-- DuckDB: one species' sample from its derived CSV file, shaped by the rules its partition recorded.
+-- ORDER BY ... LIMIT is DuckDB's top-N: it keeps the cap, not the file, so memory does not grow with the
+-- species (a window over every file at once held all the ids: 0.7 GB at 5M records).
+INSERT INTO picked
+SELECT $species_id, csv.id
+FROM read_csv(
+    $path,
+    header = true,
+    columns = {'id': 'BIGINT', 'year': 'INTEGER', 'longitude': 'DOUBLE', 'latitude': 'DOUBLE', 'license': 'VARCHAR'}
+) AS csv
+WHERE (csv.license IS NULL OR list_contains($licenses, csv.license))
+  AND (NOT $require_coordinates OR csv.longitude IS NOT NULL)
+ORDER BY md5(CAST(csv.id AS VARCHAR)), csv.id
+LIMIT $cap
