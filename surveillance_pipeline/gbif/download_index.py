@@ -76,6 +76,9 @@ SPILL_LINES = 200_000
 SORT_RUN = 200_000
 # Species parts written at once (_build).
 PARTS_AT_ONCE = 2
+# gbifIDs held before they are written to their buckets (8 MB), and the buckets (_KeyBuckets).
+KEY_BUFFER = 1 << 20
+KEY_BUCKETS = 64
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ def _build(info: DownloadInfo, registry: Sequence[Species], folder: Path) -> Non
     except ColumnarUnavailable:
         # Not a layout the columnar reader takes, or a value it refuses: the row reader names the line.
         shutil.rmtree(folder / ".spill", ignore_errors=True)
+        shutil.rmtree(folder / ".keys", ignore_errors=True)
         counts, licenses, spill = _split_by_rows(info, registry, folder)
 
     def write_part(slug: str) -> dict[str, Any]:
@@ -247,8 +251,8 @@ def _build(info: DownloadInfo, registry: Sequence[Species], folder: Path) -> Non
     slugs = sorted(spill.slugs)
     with ThreadPoolExecutor(max_workers=PARTS_AT_ONCE) as pool:
         parts = dict(zip(slugs, pool.map(write_part, slugs), strict=True))
-    shutil.rmtree(folder / ".spill", ignore_errors=True)
-    shutil.rmtree(folder / ".runs", ignore_errors=True)
+    for scratch in (".spill", ".runs", ".keys"):
+        shutil.rmtree(folder / scratch, ignore_errors=True)
     names = ("above_species_rank", "no_coordinates", "no_license", "records", "zero_coordinates")
     document = {
         "format": INDEX_FORMAT,
@@ -296,22 +300,65 @@ def _split_by_columns(
     matcher = _ColumnMatcher(registry)
     counts: Counter[str] = Counter()
     licenses: Counter[str] = Counter()
-    keys: list[np.ndarray] = []
+    keys = _KeyBuckets(folder / ".keys")
     spill = _Spill(folder / ".spill")
     for batch in read_column_batches(info):
         counts.update(batch.counts)
         licenses.update(batch.licenses)
-        keys.append(batch.keys.to_numpy())
+        keys.add(batch.keys.to_numpy())
         for species_index, rows in matcher.rows_by_species(batch):
             lines = batch.lines.take(pa.array(rows)).to_pylist()
             spill.add_block(registry[species_index].slug, "\n".join(lines) + "\n", len(lines))
     spill.flush()
-    every_key = np.concatenate(keys) if keys else np.empty(0, np.int64)
-    keys.clear()  # one copy of the ids at a time: 8 bytes a record
-    every_key.sort()
-    if every_key.size and bool(np.any(every_key[1:] == every_key[:-1])):
+    if keys.any_repeated():
         raise ColumnarUnavailable("a duplicate gbifID: the row reader names its lines")
     return counts, licenses, spill
+
+
+class _KeyBuckets:
+    """Every gbifID of a download, spread over files on disk by its value, to find one given twice without
+    holding them all: a repeated id falls twice in one bucket, and the buckets are checked one at a time.
+
+    Holding every id took 8 bytes a record, twice while they were joined: 320 MB at 20M records. This holds
+    ``KEY_BUFFER`` ids and then one bucket (20M records: 8 MB, then 2.5 MB).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self._pending: list[np.ndarray] = []
+        self._held = 0
+
+    def add(self, keys: np.ndarray) -> None:
+        self._pending.append(keys)
+        self._held += len(keys)
+        if self._held >= KEY_BUFFER:
+            self._write()
+
+    def any_repeated(self) -> bool:
+        self._write()
+        for path in sorted(self._folder.glob("*.int64")):
+            keys = np.fromfile(path, dtype=np.int64)
+            keys.sort()
+            if keys.size and bool(np.any(keys[1:] == keys[:-1])):
+                return True
+        return False
+
+    def _write(self) -> None:
+        if not self._pending:
+            return
+        keys = np.concatenate(self._pending)
+        self._pending.clear()
+        self._held = 0
+        buckets = keys % KEY_BUCKETS  # gbifIDs are positive (read_column_batches checks)
+        order = np.argsort(buckets, kind="stable")
+        keys, buckets = keys[order], buckets[order]
+        bounds = np.searchsorted(buckets, np.arange(KEY_BUCKETS + 1))
+        for bucket in range(KEY_BUCKETS):
+            part = keys[bounds[bucket] : bounds[bucket + 1]]
+            if part.size:
+                with (self._folder / f"{bucket}.int64").open("ab") as handle:
+                    part.tofile(handle)
 
 
 class _ColumnMatcher:

@@ -298,6 +298,23 @@ def test_a_bad_download_row_is_refused_naming_zip_member_line_and_term(tmp_path,
     assert caught.value.field == field
 
 
+def test_a_gbif_id_given_twice_is_found_whichever_batch_and_bucket_holds_it(tmp_path, monkeypatch):
+    # The columnar reader checks ids spread over bucket files on disk: a repeat in a later write, or
+    # several ids in one bucket that are not repeats, must each be told apart.
+    import numpy as np
+
+    from surveillance_pipeline.gbif import download_index
+
+    monkeypatch.setattr(download_index, "KEY_BUFFER", 3)
+    buckets = download_index._KeyBuckets(tmp_path / "keys")
+    for ids in ([1, 65, 2], [3, 4], [129, 5, 193]):  # 1, 65, 129, 193: one bucket of 64
+        buckets.add(np.array(ids, dtype=np.int64))
+    assert not buckets.any_repeated()
+    assert len(list((tmp_path / "keys").iterdir())) == 5  # buckets 1 to 5
+    buckets.add(np.array([7, 129], dtype=np.int64))  # written by any_repeated, in a write of its own
+    assert buckets.any_repeated()
+
+
 def test_a_zip_that_is_no_gbif_download_is_refused(tmp_path):
     path = tmp_path / "holiday-photos.zip"
     with zipfile.ZipFile(path, "w") as archive:
