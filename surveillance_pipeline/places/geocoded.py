@@ -7,6 +7,7 @@ keys, never a locality text: keys and parts are written to provenance and shown 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -199,7 +200,9 @@ def _replace_rows(
 # ---------------------------------------------------------------------------------------------------------
 # The memo: what parsing a raw snapshot gave, so an unchanged one is not parsed again to decide a skip
 
-MEMO_VERSION = 1
+# 2: the ledger keys and their record counts in a file of their own (<slug>.keys.json), read only when
+# the ledger changed: a skip parsed them all (4.6 MB of JSON for a 5M-record download's 71 species).
+MEMO_VERSION = 2
 
 
 def _memo_key(raw_path: Path, species: Species, service: str, salt: str) -> str:
@@ -220,20 +223,48 @@ def _read_memo(path: Path, memo_key: str) -> dict[str, Any] | None:
     memo = read_memo(path, key=memo_key)
     if memo is None:
         return None
-    counts = memo.get("key_counts")
-    if not isinstance(memo.get("records_sha256"), str) or not isinstance(counts, dict):
+    if not all(isinstance(memo.get(name), str) for name in ("records_sha256", "keys_sha256")):
+        return None
+    if not all(isinstance(memo.get(name), int) for name in ("records", "keys")):
         return None
     return memo
+
+
+def _keys_path(memo_path: Path) -> Path:
+    return memo_path.with_name(f"{memo_path.stem}.keys.json")
+
+
+def _memo_key_counts(memo_path: Path, memo: dict[str, Any]) -> dict[str, int]:
+    """The memo's ledger keys with how many records use each, from the file beside it; ``_MemoStale``
+    when that file is missing or is not the one the memo names (its sha256)."""
+    try:
+        data = _keys_path(memo_path).read_bytes()
+    except OSError:
+        raise _MemoStale from None
+    if sha256_hex(data) != memo["keys_sha256"]:
+        raise _MemoStale
+    counts = json.loads(data)
+    if not isinstance(counts, dict):
+        raise _MemoStale
+    return counts
 
 
 def _write_memo(path: Path, memo_key: str, keyed: list[tuple[int, str]], ledger: dict[str, Any]) -> None:
     """``ledger``: the stamp and checksum of the ledger entries the rows were made from, the ledger's
     version read before them, and how many records they found: a skip that sees the same version, or
-    else entries with the same stamp, uses the checksum without reading them."""
+    else entries with the same stamp, uses the checksum without reading them.
+
+    The keys go first, into their own file: a memo is only ever beside the keys it names (a process
+    killed in between leaves a memo that names other keys, and the next skip takes the whole path)."""
+    counts = Counter(k for _, k in keyed)
+    keys = canonical_json(counts).encode("utf-8")
+    replace_file(_keys_path(path), keys)
     memo = {
         "key": memo_key,
         "records_sha256": _records_sha256(keyed),
-        "key_counts": Counter(k for _, k in keyed),
+        "records": len(keyed),
+        "keys": len(counts),
+        "keys_sha256": sha256_hex(keys),
         "ledger": ledger,
     }
     replace_file(path, canonical_json(memo).encode("utf-8"))
@@ -266,7 +297,11 @@ def settle_memo_versions(
         ledger = memo.get("ledger") if memo is not None else None
         if memo is None or not isinstance(ledger, dict) or ledger.get("version") == version:
             continue
-        if ledger.get("stamp") != answers_stamp(conn, service, memo["key_counts"]):
+        try:
+            counts = _memo_key_counts(memo_path, memo)
+        except _MemoStale:
+            continue
+        if ledger.get("stamp") != answers_stamp(conn, service, counts):
             continue
         _write_ledger(memo_path, memo, {**ledger, "version": version})
         settled += 1
@@ -289,7 +324,14 @@ def _refresh_from_memo(
     asked (sending the species' keys), and the entries are read only when it is not the memo's (a skip of a
     5M-record download's species read 134,000 entries to learn they had not changed). A reload, which
     needs the records, parses them and checks they are the memo's."""
-    counts: dict[str, int] = memo["key_counts"]
+    loaded: list[dict[str, int]] = []
+
+    def counts() -> dict[str, int]:
+        """The keys and their record counts, read once and only when the ledger changed or rows are made."""
+        if not loaded:
+            loaded.append(_memo_key_counts(memo_path, memo))
+        return loaded[0]
+
     ledger = memo.get("ledger")
     kept: dict[str, Any] = ledger if isinstance(ledger, dict) else {}
     service = geocoder.service
@@ -297,8 +339,8 @@ def _refresh_from_memo(
     fresh: dict[str, Any] = {}
 
     def read_entries(connection: psycopg.Connection) -> dict[str, LedgerEntry]:
-        entries = answers_for(connection, service, counts)
-        if len(entries) != len(counts):
+        entries = answers_for(connection, service, counts())
+        if len(entries) != memo["keys"]:
             raise _MemoStale
         used.update({key: entry.as_list() for key, entry in entries.items()})
         return entries
@@ -312,8 +354,8 @@ def _refresh_from_memo(
         parts = _parts_of_checksums(memo["records_sha256"], kept["checksum"], service)
         if kept.get("version") == version.token and not version.verifying:
             return parts
-        stamp = answers_stamp(connection, service, counts)
-        if kept.get("stamp") == stamp and stamp[0] == len(counts):
+        stamp = answers_stamp(connection, service, counts())
+        if kept.get("stamp") == stamp and stamp[0] == memo["keys"]:
             if kept.get("version") != version.token:
                 fresh.update(stamp=stamp, checksum=kept["checksum"], version=version.token)
             return parts
@@ -325,7 +367,7 @@ def _refresh_from_memo(
             return unchanged
         version = ledger_version(connection).token  # before the entries (LedgerVersion says why)
         checksum = entries_checksum(service, read_entries(connection))
-        fresh.update(stamp=answers_stamp(connection, service, counts), checksum=checksum, version=version)
+        fresh.update(stamp=answers_stamp(connection, service, counts()), checksum=checksum, version=version)
         return _parts_of_checksums(memo["records_sha256"], checksum, service)
 
     def replace_rows(connection: psycopg.Connection) -> int:
@@ -350,11 +392,11 @@ def _refresh_from_memo(
         likely_parts=kept_parts(conn) if conn.autocommit else None,
     )
     if used:
-        found = sum(count for key, count in counts.items() if used[key][1] == "found")
+        found = sum(count for key, count in counts().items() if used[key][1] == "found")
     else:
         found = int(kept.get("found", 0))
     if fresh:
         # The entries or their stamp were read (the ledger changed since the memo, or its entries did):
         # keep the version and stamp, so the next skip need not read either.
         _write_ledger(memo_path, memo, {**fresh, "found": found})
-    return GeocodedOutcome(outcome, GeocodeRun(calls=0, reused=len(counts)), sum(counts.values()), found)
+    return GeocodedOutcome(outcome, GeocodeRun(calls=0, reused=memo["keys"]), memo["records"], found)

@@ -258,6 +258,23 @@ def test_an_unchanged_snapshot_skips_from_the_memo_and_a_wrong_memo_is_not_trust
         assert json.loads(memo.read_text(encoding="utf-8"))["records_sha256"] != "0" * 64
         assert _table_md5(db) == before
 
+        # The keys beside the memo are read only once the ledger changed; keys that are not the ones the
+        # memo names (the same keys, other record counts) cost a parse too, and are written again.
+        keys = memo.with_name(f"{DEVIL}.keys.json")
+        kept_keys = keys.read_bytes()
+        keys.write_text(json.dumps({k: n * 2 for k, n in json.loads(kept_keys).items()}), encoding="utf-8")
+        db.execute("UPDATE geocode_calls SET attempts = attempts WHERE false")  # a write: a new version
+        db.commit()
+        with monkeypatch.context() as patched:
+            patched.setattr(geocoded, "localities_to_geocode", no_parse)
+            failed = _run(instance, database_url, data_dir, fake, raise_on_error=False)
+        [failure] = failed.get_step_failure_events()
+        assert "parsed the raw snapshot" in failure.event_specific_data.error.to_string()
+        checked = metadata(_run(instance, database_url, data_dir, fake), "geocoded_localities")
+        assert (checked["action"], checked["reason"]) == ("skipped", "nothing changed")
+        assert keys.read_bytes() == kept_keys
+        assert _table_md5(db) == before
+
 
 def test_every_write_to_the_ledger_renews_its_version_and_a_rollback_keeps_it(db):
     ensure_state_tables(db)
