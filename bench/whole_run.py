@@ -67,6 +67,10 @@ class GroupRun:
     stderr_tail: str = ""
     assets: dict[str, dict[str, Any]] = field(default_factory=dict)
     reported_seconds: float | None = None
+    # (epoch seconds, largest single RSS in kB) at each poll, to tell which step a peak came in.
+    rss_samples: list[tuple[float, int]] = field(default_factory=list)
+    started_at: float = 0.0
+    peak_single_mb_by_step: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +81,7 @@ class GroupRun:
             "peak_single_mb": round(self.peak_single_kb / 1024, 1),
             "peak_processes": self.peak_processes,
             "assets": self.assets,
+            "peak_single_mb_by_step": self.peak_single_mb_by_step,
             "error": self.stderr_tail if self.returncode else None,
             "stdout": self.stdout.splitlines(),
         }
@@ -122,6 +127,7 @@ def parse_table(stdout: str) -> tuple[float | None, dict[str, dict[str, Any]]]:
 def run_group(argv: list[str], environment: dict[str, str], rss_cap_kb: int) -> GroupRun:
     """``argv`` in a session (and process group) of its own, its group's RSS sampled until it exits."""
     started = time.perf_counter()
+    started_at = time.time()
     process = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
         argv,
         env={**os.environ, **environment},
@@ -132,6 +138,7 @@ def run_group(argv: list[str], environment: dict[str, str], rss_cap_kb: int) -> 
         start_new_session=True,
     )
     peak = single = count = 0
+    samples: list[tuple[float, int]] = []
     with contextlib.ExitStack() as stack:
         # Drained in threads: a long run's stderr would fill the pipe and block it.
         import concurrent.futures
@@ -143,6 +150,7 @@ def run_group(argv: list[str], environment: dict[str, str], rss_cap_kb: int) -> 
         while process.poll() is None:
             total, largest, processes = group_rss_kb(process.pid)
             peak, single, count = max(peak, total), max(single, largest), max(count, processes)
+            samples.append((time.time(), largest))
             if total > rss_cap_kb:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
@@ -161,7 +169,31 @@ def run_group(argv: list[str], environment: dict[str, str], rss_cap_kb: int) -> 
         stderr_tail=tail[-1] if tail else "",
         assets=assets,
         reported_seconds=reported,
+        rss_samples=samples,
+        started_at=started_at,
     )
+
+
+def peak_rss_by_step(run: GroupRun, environment: dict[str, str]) -> dict[str, float]:
+    """The largest process's peak RSS (MB) while each step of ``run`` ran, its steps' windows read from the
+    run's Dagster instance (bench/step_windows.py). Steps share a process: a step's figure includes what
+    the steps before it in that process kept."""
+    import json
+
+    found = subprocess.run(  # noqa: S603  # fixed argv, no shell
+        [sys.executable, "-m", "bench.step_windows", repr(run.started_at)],
+        env={**os.environ, **environment},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    peaks: dict[str, float] = {}
+    for start, end, step in json.loads(found.stdout):
+        during = [kb for at, kb in run.rss_samples if start <= at <= end]
+        if during:
+            peaks[step] = max(peaks.get(step, 0.0), round(max(during) / 1024, 1))
+    return peaks
 
 
 def measure_size(
@@ -187,6 +219,8 @@ def measure_size(
         result["limit"] = measure_limit(warehouse_url, generated, work, logs, reps, rss_cap_kb)
         log(f"whole run {records:,}: first make run")
         first = run_group(make_run, environment, rss_cap_kb)
+        if first.returncode == 0:
+            first.peak_single_mb_by_step = peak_rss_by_step(first, environment)
         result["first"] = first.as_dict()
         if first.returncode == 0:
             log(f"whole run {records:,}: make run again, nothing changed")
@@ -286,20 +320,30 @@ def markdown(section: dict[str, Any]) -> str:
             f"Per asset at {size['records']:,} (make run's own table; in the no-change run every partition "
             "skips, so its seconds are the cost of deciding to skip):",
             "",
-            "| asset | first run s | loaded / skipped | no-change (skip decision) s | loaded / skipped |",
-            "|---|---|---|---|---|",
+            "| asset | first run s | loaded / skipped | first run peak RSS MB | no-change (skip decision) s "
+            "| loaded / skipped |",
+            "|---|---|---|---|---|---|",
         ]
+        by_step = first.get("peak_single_mb_by_step", {})
         for name in names:
             a, b = first.get("assets", {}).get(name, {}), again.get("assets", {}).get(name, {})
             lines.append(
                 f"| {name} | {_s(a.get('seconds'))} | {a.get('loaded', '-')} / {a.get('skipped', '-')} "
-                f"| {_s2(b.get('seconds'))} "
+                f"| {by_step.get(name, '-')} | {_s2(b.get('seconds'))} "
                 f"| {b.get('loaded', '-')} / {b.get('skipped', '-')} |"
             )
+        for step in sorted(set(by_step) - set(names)):
+            lines.append(f"| {step} (step) | - | - | {by_step[step]} | - | - |")
         lines.append(
             f"| (make run's own total) | {_s(first.get('reported_seconds'))} | "
-            f"| {_s(again.get('reported_seconds'))} | |"
+            f"| {first.get('peak_single_mb')} | {_s(again.get('reported_seconds'))} | |"
         )
+        if by_step:
+            lines += [
+                "",
+                "Peak RSS per asset: the largest process of the group while the asset's step ran (make run's "
+                "steps share a process, so a step's figure includes what earlier steps in it kept).",
+            ]
     return "\n".join(lines) + "\n"
 
 
