@@ -8,7 +8,7 @@ FROM read_csv(
     header = true,
     columns = {'id': 'BIGINT', 'year': 'INTEGER', 'longitude': 'DOUBLE', 'latitude': 'DOUBLE', 'license': 'VARCHAR'}
 ) AS csv
-WHERE (csv.license IS NULL OR list_contains($licenses, csv.license))
+WHERE (csv.license IS NULL OR list_contains(CAST($licenses AS VARCHAR[]), csv.license))
   AND (NOT $require_coordinates OR csv.longitude IS NOT NULL)
 ORDER BY md5(CAST(csv.id AS VARCHAR)), csv.id
 LIMIT $cap
