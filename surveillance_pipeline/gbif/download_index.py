@@ -14,8 +14,9 @@ them. A species part is the download's records of the species' taxon inside its 
 
 Memory stays bounded whatever the download's size: records stream out of the zip into per-species spill
 files through a bounded buffer, and each part is sorted in runs of ``SORT_RUN`` lines merged from disk.
-Only the gbifIDs (8 bytes each, plus the line they came from) are kept for the whole download, to refuse a
-duplicate id wherever it sits. Dagster-free.
+The gbifIDs, to refuse a duplicate id wherever it sits, go to bucket files on disk and are checked a bucket
+at a time (``_KeyBuckets``); only the row reader, which names the lines of a duplicate, keeps every id and
+line number (16 bytes a record). Dagster-free.
 """
 
 from __future__ import annotations
@@ -320,7 +321,8 @@ class _KeyBuckets:
     holding them all: a repeated id falls twice in one bucket, and the buckets are checked one at a time.
 
     Holding every id took 8 bytes a record, twice while they were joined: 320 MB at 20M records. This holds
-    ``KEY_BUFFER`` ids and then one bucket (20M records: 8 MB, then 2.5 MB).
+    ``KEY_BUFFER`` ids (8 MB, some five times that for a moment while they are sorted into buckets), then
+    one bucket (2.5 MB at 20M records); on disk, 8 bytes a record until the index is built.
     """
 
     def __init__(self, folder: Path) -> None:

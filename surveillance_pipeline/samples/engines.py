@@ -111,7 +111,8 @@ def python_summary(rules: list[SpeciesSampleRule]) -> SampleSummary:
             ids = (
                 int(row[at_id])
                 for row in reader
-                if (not row[at_license] or row[at_license] in licenses)
+                if row  # a blank line is no record (DictReader skipped them too)
+                and (not row[at_license] or row[at_license] in licenses)
                 and (not coordinates_required or row[at_longitude])
             )
             picked[rule.species_id] = [gbif_id for gbif_id, _ in pick_sample(ids, rule.cap)]
