@@ -168,14 +168,13 @@ def ingest_species_from_downloads(
         and records_file.is_file()
         and sha256_file_stamped(records_file, stamps) == previous.records_sha256
     ):
-        records_sha256 = previous.records_sha256 or ""
         return _unchanged(
             request,
             DOWNLOAD_SOURCE,
             raw_path,
             previous_sha256,
             previous.count or 0,
-            records_sha256,
+            previous.records_sha256 or "",
             previous.retrieved,
         )
     if len(sources) == 1:
