@@ -29,7 +29,13 @@ from psycopg import sql
 from surveillance_pipeline.commands import exit_process
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
-from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT, data_dir
+from surveillance_pipeline.core.settings import (
+    CODE_LOCATION_ATTRIBUTE,
+    CODE_LOCATION_MODULE,
+    DATABASE_URL_VARIABLE,
+    PROJECT_ROOT,
+    data_dir,
+)
 from surveillance_pipeline.definitions import defs, table_targets
 from surveillance_pipeline.gbif.download_index import open_downloads
 from surveillance_pipeline.gbif.registry import load_registry, partition_keys
@@ -112,9 +118,13 @@ def run_plan(
     ]
 
 
-def download_weights(definitions: dg.Definitions) -> dict[str, int] | None:
-    """Records per species in the downloads gbif_raw will read, so make run can split species by work
-    under the distributed profile; None otherwise (locally, or searching GBIF's API or the lab).
+def species_weights(definitions: dg.Definitions) -> dict[str, int] | None:
+    """Records per species that gbif_raw will read, so make run can split species by work under the
+    distributed profile; None otherwise (locally, or searching GBIF's API, which says how many only when
+    asked: the split is then by count).
+
+    The lab's come from the registry: each species' ``lab_records``. Split by count, the lab's first 36
+    species held 11,281 of its 26,391 records and the other run 15,110, and finished 4.5 s later.
 
     The downloads' index is built here when it is missing: the same index, built the same way under the
     same lock, that gbif_raw builds and then finds (each version once). A download the index refuses is
@@ -126,6 +136,14 @@ def download_weights(definitions: dg.Definitions) -> dict[str, int] | None:
         return None
     started = time.perf_counter()
     try:
+        if gbif.reads_lab():
+            lab = {species.slug: species.lab_records for species in load_registry()}
+            print(
+                f"make run: the lab's {sum(lab.values())} records of {len(lab)} species, split over the "
+                "workers by records",
+                flush=True,
+            )
+            return lab
         if not gbif.reads_downloads():
             return None
         folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=True)
@@ -167,7 +185,7 @@ def run_all_partitions(
             children.start_ahead(partition_writers())
         # The downloads' index is built beside the observation (a run whose steps are on the workers under
         # the profile), and the species are split once both are done.
-        weighing = background.submit(download_weights, definitions)
+        weighing = background.submit(species_weights, definitions)
         observed = execute_job(instance, definitions, OBSERVE_SOURCES_JOB, {})
         runs.append(observed)
         if observed.status != dg.DagsterRunStatus.SUCCESS:
@@ -201,8 +219,8 @@ def execute_job(
         instance,
         job,
         workspace_file=WORKSPACE_FILE,
-        module_name="surveillance_pipeline.definitions",
-        attribute="defs",
+        module_name=CODE_LOCATION_MODULE,
+        attribute=CODE_LOCATION_ATTRIBUTE,
         run_config=quiet_run_config(job_op_names(job)),
         tags=tags,
         steps_elsewhere=is_distributed(),

@@ -207,6 +207,9 @@ class GbifSource(dg.ConfigurableResource):
     def reads_downloads(self) -> bool:
         return self._checked_source() == DOWNLOAD_SOURCE
 
+    def reads_lab(self) -> bool:
+        return self._checked_source() == LAB_SOURCE
+
     def client(self) -> GbifClient:
         """The occurrence-search client: ``lab`` or ``api``, or the fallback when downloads are read."""
         source = self._checked_source()

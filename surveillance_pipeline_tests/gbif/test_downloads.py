@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.commands.run import download_weights
+from surveillance_pipeline.commands.run import species_weights
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import assemble
@@ -432,15 +433,23 @@ def test_make_run_weighs_species_by_the_records_the_download_index_gives_them(
     database_url, data_dir, monkeypatch
 ):
     """Under the distributed profile make run splits species by what the downloads hold for each: it
-    builds the index gbif_raw then finds (the same folder and version), and weighs nothing otherwise."""
+    builds the index gbif_raw then finds (the same folder and version). The lab's species weigh what
+    the registry gives them; GBIF's search says nothing before it is asked, so nothing is weighed."""
     _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
     definitions = assemble(_download_resources(database_url, data_dir))
-    assert download_weights(definitions) is None  # the local profile: one species run, nothing to weigh
+    assert species_weights(definitions) is None  # the local profile: one species run, nothing to weigh
     monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
-    weights = download_weights(definitions)
+    weights = species_weights(definitions)
     index = open_downloads(data_dir / "downloads", data_dir / "download_index", load_registry(), build=False)
     [built] = index.indexes
     assert built is not None and weights == {slug: part.records for slug, part in built.parts.items()}
     assert weights == {DEVIL: 3}
-    # Searching GBIF (or the lab) instead of reading downloads: nothing to weigh, nothing built.
-    assert download_weights(assemble(resources(database_url, data_dir))) is None
+    # The lab: every registry species, by its lab records (the devil's 2,000 the most); nothing built.
+    shutil.rmtree(data_dir / "download_index")
+    lab = species_weights(assemble(resources(database_url, data_dir)))
+    assert lab == {species.slug: species.lab_records for species in load_registry()}
+    assert lab[DEVIL] == max(lab.values()) == 2_000 and sum(lab.values()) == 26_391
+    # GBIF's search: nothing to weigh, nothing built.
+    searching = {**resources(database_url, data_dir), "gbif": LabGbifSource(source="api")}
+    assert species_weights(assemble(searching)) is None
+    assert not (data_dir / "download_index").exists()
