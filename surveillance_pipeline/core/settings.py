@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The code location (workspace.yaml): the module and its Definitions, which runs name as their origin.
+CODE_LOCATION_MODULE = "surveillance_pipeline.definitions"
+CODE_LOCATION_ATTRIBUTE = "defs"
 DATA_DIR_VARIABLE = "SURVEILLANCE_DATA_DIR"
 DATABASE_URL_VARIABLE = "SURVEILLANCE_DATABASE_URL"
 GBIF_SOURCE_VARIABLE = "GBIF_SOURCE"

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.commands.run import WORKSPACE_FILE, prepare_lab_inputs, run_plan
+from surveillance_pipeline.core.settings import CODE_LOCATION_ATTRIBUTE, CODE_LOCATION_MODULE
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab.districts import lab_layer_path
@@ -219,8 +220,8 @@ def execute_as_launched(
         instance,
         job,
         workspace_file=WORKSPACE_FILE,
-        module_name="surveillance_pipeline.definitions",
-        attribute="defs",
+        module_name=CODE_LOCATION_MODULE,
+        attribute=CODE_LOCATION_ATTRIBUTE,
         run_config={**(run_config or {}), **QUIET_CONSOLE},
         tags=dict(tags or {}),
     )
