@@ -4,9 +4,10 @@ import json
 import subprocess
 import sys
 
-from surveillance_pipeline.core.lazy_modules import LazyModule
+from surveillance_pipeline.core.lazy_modules import HEAVY_MODULES, LazyModule
 
-HEAVY = ("numpy", "pyarrow", "pyproj", "shapely", "duckdb", "geopandas", "PIL")
+# The packages a worker imports when it starts (HEAVY_MODULES), and geopandas, which nothing imports.
+HEAVY = tuple(sorted({name.partition(".")[0] for name in HEAVY_MODULES} | {"geopandas"}))
 
 
 def test_loading_the_definitions_imports_no_heavy_library():
