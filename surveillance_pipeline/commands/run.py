@@ -124,7 +124,7 @@ def species_weights(definitions: dg.Definitions) -> dict[str, int] | None:
     asked: the split is then by count).
 
     The lab's come from the registry: each species' ``lab_records``. Split by count, the lab's first 36
-    species held 11,281 of its 26,391 records and the other run 15,110, and finished 4.5 s later.
+    species held 11,281 of its 26,391 records and the other run 15,110, and finished 4.4 s later.
 
     The downloads' index is built here when it is missing: the same index, built the same way under the
     same lock, that gbif_raw builds and then finds (each version once). A download the index refuses is
@@ -288,9 +288,8 @@ class _ChildRuns:
             while waiting and len(running) < partition_writers():
                 index, (job_name, tags) = waiting.pop(0)
                 running.append((index, job_name, self._launch(job_name, tags)))
-            # The runs still waiting get their processes now, importing while these runs go: the days' run
-            # took the first slot freed 2.6 s later without (the lab, 2 workers), its process only then
-            # started.
+            # The runs still waiting get their processes now, importing while these runs go. Started when a
+            # slot freed, the days' run's process began its run 2.6 s later (the lab, 2 workers).
             self.start_ahead(len(waiting) - len(self._idle))
             # Whichever run ends first frees its slot for the next (a child prints one line: its pipe never
             # fills while it waits here).
