@@ -25,11 +25,11 @@ import redis
 from celery import signals
 from dagster_celery.executor import CeleryExecutor
 from dagster_celery.make_app import make_app
-from dagster_celery.tasks import create_task
 from kombu.transport.redis import Channel
 
 from surveillance_pipeline.core.lazy_modules import import_heavy_modules
 from surveillance_pipeline.core.settings import CODE_LOCATION_MODULE
+from surveillance_pipeline.orchestration.dagster_internals import create_step_task
 from surveillance_pipeline.orchestration.distributed import (
     STEP_WORKER_VARIABLE,
     celery_settings,
@@ -116,4 +116,5 @@ app = make_app(
         broker=redis_url(), backend=redis_url(), config_source=celery_settings()
     ).app_args()
 )
-execute_plan = create_task(app)
+# dagster-celery's step task, with one Dagster instance per worker instead of one per step.
+execute_plan = create_step_task(app)

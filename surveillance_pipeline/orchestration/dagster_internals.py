@@ -51,6 +51,13 @@ found" where a search of dagster-io/dagster's issues found no request for it):
   paused until someone sets it, and shows "Auto-materialize off" on every job page even while the
   automation sensor runs. The flag gates nothing here (automation runs as a sensor, Dagster's default).
   None found.
+- ``create_step_task`` (``ReconstructableJob``, ``create_execution_plan``, ``execute_plan_iterator``,
+  ``EngineEventData``, ``ExecuteStepArgs``, ``unpack_value``, dagster-celery's task name and marker): the
+  step task a Celery worker runs, dagster-celery's own (``dagster_celery.tasks.create_task``, 0.29.27)
+  but for the instance. Upstream's builds a new ``DagsterInstance`` for every step (0.11 s, and seven new
+  connections, its pools cold) and never disposes of it; this one keeps one per instance ref in the
+  worker, as a run's process keeps one for all its steps. test_dagster_internals pins upstream's task to
+  the source copied. None found upstream.
 - ``set_celery_step_poll_seconds``: dagster-celery's run loop pauses ``TICK_SECONDS`` (1 s, a module
   global) between looks at its steps, so each step of a chain waited half a second on average before its
   successor was sent; the distributed executor sets 0.2 s. None found.
@@ -76,13 +83,13 @@ from dagster._core.definitions.data_version import (
     get_input_event_pointer_tag,
 )
 from dagster._core.definitions.job_base import InMemoryJob
-from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 from dagster._core.definitions.source_asset import (
     SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION as OWN_EVENTS_METADATA_KEY,
 )
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from dagster._core.events import DagsterEventBatchMetadata
-from dagster._core.execution.api import execute_run
+from dagster._core.events import DagsterEventBatchMetadata, EngineEventData
+from dagster._core.execution.api import create_execution_plan, execute_plan_iterator, execute_run
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
 from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
@@ -93,7 +100,8 @@ from dagster._core.storage.tags import (
 )
 from dagster._core.workspace.load import location_origins_from_yaml_paths
 from dagster._daemon.asset_daemon import get_auto_materialize_paused, set_auto_materialize_paused
-from dagster._serdes import ConfigurableClassData
+from dagster._grpc.types import ExecuteStepArgs
+from dagster._serdes import ConfigurableClassData, serialize_value, unpack_value
 from dagster._utils.error import SerializableErrorInfo
 
 if TYPE_CHECKING:
@@ -119,6 +127,7 @@ __all__ = [
     "SqlEventLogStorageTable",
     "UnresolvedAssetJobDefinition",
     "UserConfigSchema",
+    "create_step_task",
     "execute_in_code_location",
     "get_input_data_version_tag",
     "get_input_event_pointer_tag",
@@ -265,3 +274,64 @@ def set_celery_step_poll_seconds(seconds: float) -> None:
     from dagster_celery import core_execution_loop
 
     core_execution_loop.TICK_SECONDS = seconds  # type: ignore[assignment]
+
+
+# The step task's instances, one per instance ref (its serialized form) in this worker process.
+_STEP_INSTANCES: dict[str, dg.DagsterInstance] = {}
+
+
+def _step_instance(instance_ref: Any) -> dg.DagsterInstance:
+    key = serialize_value(instance_ref)
+    if key not in _STEP_INSTANCES:
+        _STEP_INSTANCES[key] = dg.DagsterInstance.from_ref(instance_ref)
+    return _STEP_INSTANCES[key]
+
+
+def create_step_task(app: Any) -> Any:
+    """dagster-celery's step task (``dagster_celery.tasks.create_task``) registered on ``app`` under its
+    name, with the worker's instance for the run's instance ref made once, not at every step. The rest is
+    upstream's, line for line: the run's events are written by the step, and returned serialized."""
+    from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
+    from dagster_celery.core_execution_loop import DELEGATE_MARKER
+    from dagster_celery.executor import CeleryExecutor
+
+    @app.task(bind=True, name=TASK_EXECUTE_PLAN_NAME)  # type: ignore[untyped-decorator]
+    def _execute_plan(
+        self: Any, execute_step_args_packed: dict[str, Any], executable_dict: dict[str, Any]
+    ) -> Any:
+        execute_step_args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
+        instance = _step_instance(execute_step_args.instance_ref)
+        recon_job = ReconstructableJob.from_dict(executable_dict)
+        dagster_run = instance.get_run_by_id(execute_step_args.run_id)
+        if dagster_run is None:
+            raise ValueError(f"Could not load run {execute_step_args.run_id}")
+        step_keys_str = ", ".join(execute_step_args.step_keys_to_execute or [])
+        execution_plan = create_execution_plan(
+            recon_job,
+            dagster_run.run_config,
+            step_keys_to_execute=execute_step_args.step_keys_to_execute,
+            known_state=execute_step_args.known_state,
+        )
+        step_handle = execution_plan.step_handle_for_single_step_plans()
+        engine_event = instance.report_engine_event(
+            f"Executing steps {step_keys_str} in celery worker",
+            dagster_run,
+            EngineEventData(
+                {"step_keys": step_keys_str, "Celery worker": self.request.hostname},
+                marker_end=DELEGATE_MARKER,
+            ),
+            CeleryExecutor,
+            step_key=step_handle.to_key() if step_handle is not None else None,
+        )
+        events = [engine_event]
+        events += execute_plan_iterator(
+            execution_plan=execution_plan,
+            job=recon_job,
+            dagster_run=dagster_run,
+            instance=instance,
+            retry_mode=execute_step_args.retry_mode,
+            run_config=dagster_run.run_config,
+        )
+        return [serialize_value(event) for event in events]
+
+    return _execute_plan

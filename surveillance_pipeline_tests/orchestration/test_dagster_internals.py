@@ -199,3 +199,39 @@ def test_dagster_celerys_run_loop_pauses_on_the_tick_the_distributed_executor_se
         assert core_execution_loop.TICK_SECONDS == 0.2
     finally:
         core_execution_loop.TICK_SECONDS = before
+
+
+# sha256 of dagster_celery.tasks.create_task's source in dagster-celery 0.29.27, which create_step_task
+# copies but for its instance.
+UPSTREAM_STEP_TASK_SHA256 = "e3b5bcffe2de99010a7e48df2e260e2a3e81095a4f80eb39274f0739ff5df23d"
+
+
+def test_the_workers_step_task_is_dagster_celerys_as_copied():
+    """An upgrade that changes dagster-celery's step task fails here: create_step_task must be copied
+    again from it (its arguments, its events, its engine event), not drift from it."""
+    import hashlib
+    import inspect
+
+    from dagster_celery import tasks
+    from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
+
+    source = inspect.getsource(tasks.create_task)
+    assert hashlib.sha256(source.encode()).hexdigest() == UPSTREAM_STEP_TASK_SHA256
+    assert "DagsterInstance.from_ref(execute_step_args.instance_ref)" in source
+    from surveillance_pipeline.orchestration.celery_worker_app import app
+
+    # The worker's task under upstream's name is the fence's copy.
+    assert app.tasks[TASK_EXECUTE_PLAN_NAME].run.__qualname__.startswith(internals.create_step_task.__name__)
+
+
+def test_a_worker_keeps_one_instance_per_instance_ref():
+    with dg.instance_for_test() as instance, dg.instance_for_test() as other:
+        try:
+            first = internals._step_instance(instance.get_ref())
+            assert internals._step_instance(instance.get_ref()) is first
+            assert internals._step_instance(other.get_ref()) is not first
+            assert first.get_ref() == instance.get_ref()
+        finally:
+            for kept in internals._STEP_INSTANCES.values():
+                kept.dispose()
+            internals._STEP_INSTANCES.clear()
