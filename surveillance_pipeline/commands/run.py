@@ -280,7 +280,8 @@ class _ChildRuns:
         """
         sys.stdout.flush()
         sys.stderr.flush()
-        self._idle += [_ForkedChild.fork() for _ in range(count - len(self._idle))]
+        for _ in range(count - len(self._idle)):
+            self._idle.append(_ForkedChild.fork(siblings=self._idle))
 
     @staticmethod
     def _start() -> subprocess.Popen[str]:
@@ -338,13 +339,19 @@ class _ForkedChild:
         self.returncode: int | None = None
 
     @classmethod
-    def fork(cls) -> _ForkedChild:
+    def fork(cls, siblings: Iterable[_Child]) -> _ForkedChild:
+        """A child forked now; ``siblings``, the children forked before it, whose pipes it must not hold:
+        a sibling whose run pipe another child still holds open never sees its end."""
         run_read, run_write = os.pipe()
         out_read, out_write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: it never returns from here
             code = 1
             try:
+                for sibling in siblings:
+                    for pipe in (sibling.stdin, sibling.stdout):
+                        if pipe is not None:
+                            os.close(pipe.fileno())
                 os.close(run_write)
                 os.close(out_read)
                 os.dup2(out_write, sys.stdout.fileno())  # as a spawned child's, its standard output is a pipe

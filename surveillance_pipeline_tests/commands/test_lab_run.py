@@ -1,6 +1,9 @@
 """`make run`'s code path: all 71 species in one run on a Postgres-backed Dagster instance, then again."""
 
 import collections
+import os
+import signal
+import time
 
 import dagster as dg
 import pytest
@@ -134,11 +137,38 @@ def test_a_range_run_as_the_ui_launches_it_writes_one_event_per_partition(
         assert _events_per_partition(postgres_instance, asset) == {key: 1 for key in keys}, asset
 
 
-def test_children_started_ahead_that_get_no_run_exit_cleanly():
-    """Under the distributed profile make run starts its side-by-side children before it knows their runs;
-    when a run of the plan fails first, or the plan has fewer runs, the idle ones must end, not linger."""
+@pytest.mark.parametrize("how", ["spawned", "forked"])
+def test_children_started_ahead_that_get_no_run_exit_cleanly(how):
+    """Under the distributed profile make run starts its side-by-side children before it knows their runs
+    (forked by make run's main, spawned when it is called without them); when a run of the plan fails
+    first, or the plan has fewer runs, the idle ones must end, not linger."""
     with _ChildRuns() as children:
-        children.start_ahead(2)
+        if how == "spawned":
+            children.start_ahead(2)
+        else:
+            children.fork_ahead(2)
         started = list(children._idle)
+        assert len(started) == 2
         assert all(child.poll() is None for child in started)  # importing, or waiting for a run
+        # What __exit__ does, bounded: the first child must end although the second was started after it
+        # (a forked child holding its sibling's pipe kept that sibling waiting forever).
+        started[0].stdin.close()
+        deadline = time.monotonic() + 60
+        while started[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if started[0].returncode is None:
+            for child in started:
+                os.kill(child.pid, signal.SIGKILL)  # or __exit__ would wait for it forever
+        assert started[0].returncode == 0 and started[1].poll() is None
     assert [child.returncode for child in started] == [0, 0]
+
+
+def test_a_forked_child_whose_run_cannot_start_ends_make_run_naming_the_job(capfd, monkeypatch, tmp_path):
+    """A forked child's failure is the parent's error, as a spawned child's is: it exits non-zero with its
+    traceback on stderr, and run_all raises naming the job, instead of waiting for a run id."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # an instance of its own: the job is what fails
+    with _ChildRuns() as children:
+        children.fork_ahead(1)
+        with pytest.raises(RuntimeError, match="the no_such_job run in process [0-9]+ ended with 1"):
+            children.run_all([("no_such_job", {})])
+    assert "DagsterInvariantViolationError" in (err := capfd.readouterr().err) and "no_such_job" in err
