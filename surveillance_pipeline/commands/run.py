@@ -188,7 +188,8 @@ def run_all_partitions(
     # result polling are written for a run's own process, as the daemon gives each run.)
     with children or _ChildRuns() as children, ThreadPoolExecutor(max_workers=1) as background:
         if is_distributed():
-            # Their imports (seconds) overlap the index and the observation instead of following them.
+            # None when main forked them. Spawned here, their imports (seconds) overlap the index and the
+            # observation instead of following them.
             children.start_ahead(partition_writers())
         # The downloads' index is built beside the observation (a run whose steps are on the workers under
         # the profile), and the species are split once both are done.

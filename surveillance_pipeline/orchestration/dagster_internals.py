@@ -289,8 +289,10 @@ def _step_instance(instance_ref: Any) -> dg.DagsterInstance:
 
 def create_step_task(app: Any) -> Any:
     """dagster-celery's step task (``dagster_celery.tasks.create_task``) registered on ``app`` under its
-    name, with the worker's instance for the run's instance ref made once, not at every step. The rest is
-    upstream's, line for line: the run's events are written by the step, and returned serialized."""
+    name, with the worker's instance for the run's instance ref made once, not at every step (its
+    storage's pools check a connection before lending it: instance_storage.py). The rest is upstream's
+    but for typing (a missing run raises ValueError, not a CheckError): the step writes the run's events,
+    and returns them serialized."""
     from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
     from dagster_celery.core_execution_loop import DELEGATE_MARKER
     from dagster_celery.executor import CeleryExecutor
