@@ -248,10 +248,10 @@ def _side_by_side_stage(entry: tuple[str, dict[str, str]]) -> str:
 class _ChildRuns:
     """Processes that execute one run each, side by side, for ``run_all_partitions``.
 
-    A child imports the code location (a second or two), then reads its run (job and tags, one JSON line)
-    from its stdin, executes it and prints its id. So children can be started ahead, before make run knows
-    their runs, and take them the moment it does; a child that never gets one reads the end of its stdin
-    and exits.
+    A child is forked from make run (``fork_ahead``) or spawned, importing the code location (a second or
+    two: ``start_ahead``); it then reads its run (job and tags, one JSON line) from its stdin, executes it
+    and prints its id. So children can be started ahead, before make run knows their runs, and take them
+    the moment it does; a child that never gets one reads the end of its stdin and exits.
     """
 
     def __init__(self) -> None:
@@ -309,8 +309,9 @@ class _ChildRuns:
             while waiting and len(running) < partition_writers():
                 index, (job_name, tags) = waiting.pop(0)
                 running.append((index, job_name, self._launch(job_name, tags)))
-            # The runs still waiting get their processes now, importing while these runs go. Started when a
-            # slot freed, the days' run's process began its run 2.6 s later (the lab, 2 workers).
+            # The runs still waiting get their processes now (already there when main forked them), ready
+            # when a slot frees. Started only then, the days' run's process began its run 2.6 s later (the
+            # lab, 2 workers).
             self.start_ahead(len(waiting))
             # Whichever run ends first frees its slot for the next (a child prints one line: its pipe never
             # fills while it waits here).
