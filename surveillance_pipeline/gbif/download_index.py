@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING, Any
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
-from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable, ColumnBatch, read_column_batches
+from surveillance_pipeline.gbif.download_columns import (
+    ColumnarUnavailable,
+    ColumnBatch,
+    line_blocks,
+    read_column_batches,
+)
 from surveillance_pipeline.gbif.downloads import (
     DownloadInfo,
     DownloadRecord,
@@ -289,7 +294,7 @@ def _split_by_rows(
         counts["zero_coordinates"] += record.zero_coordinates
         licenses[record.license or "none"] += 1
         for slug in matcher.slugs(record):
-            spill.add(slug, record.text)
+            spill.add_block(slug, record.text.encode("utf-8"), 1)
     spill.flush()
     _refuse_duplicates(info, keys, lines)
     return counts, licenses, spill
@@ -307,9 +312,15 @@ def _split_by_columns(
         counts.update(batch.counts)
         licenses.update(batch.licenses)
         keys.add(batch.keys.to_numpy())
-        for species_index, rows in matcher.rows_by_species(batch):
-            lines = batch.lines.take(pa.array(rows)).to_pylist()
-            spill.add_block(registry[species_index].slug, "\n".join(lines) + "\n", len(lines))
+        found = list(matcher.rows_by_species(batch))
+        if not found:
+            continue
+        # The block's lines of every species at once, species after species: one copy, then a view of it
+        # per species (no Python string per line).
+        taken = batch.lines.take(np.concatenate([rows for _, rows in found]))
+        blocks = line_blocks(taken, (len(rows) for _, rows in found))
+        for (species_index, rows), block in zip(found, blocks, strict=True):
+            spill.add_block(registry[species_index].slug, block, len(rows))
     spill.flush()
     if keys.any_repeated():
         raise ColumnarUnavailable("a duplicate gbifID: the row reader names its lines")
@@ -440,18 +451,15 @@ class _Spill:
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self._buffer: dict[str, list[str]] = defaultdict(list)
+        self._buffer: dict[str, list[bytes | memoryview]] = defaultdict(list)
         self._buffered = 0
         self.slugs: set[str] = set()
 
     def path(self, slug: str) -> Path:
         return self._folder / f"{slug}.tsv"
 
-    def add(self, slug: str, line: str) -> None:
-        self.add_block(slug, line, 1)
-
-    def add_block(self, slug: str, text: str, lines: int) -> None:
-        """``lines`` records-file lines, each ending in ``\\n``."""
+    def add_block(self, slug: str, text: bytes | memoryview, lines: int) -> None:
+        """``lines`` records-file lines in UTF-8, each ending in ``\\n``."""
         self._buffer[slug].append(text)
         self.slugs.add(slug)
         self._buffered += lines
@@ -459,9 +467,9 @@ class _Spill:
             self.flush()
 
     def flush(self) -> None:
-        for slug, lines in self._buffer.items():
-            with self.path(slug).open("a", encoding="utf-8", newline="\n") as handle:
-                handle.writelines(lines)
+        for slug, blocks in self._buffer.items():
+            with self.path(slug).open("ab") as handle:
+                handle.writelines(blocks)
         self._buffer.clear()
         self._buffered = 0
 

@@ -22,12 +22,12 @@ import pytest
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif import download_index
-from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable
+from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable, read_column_batches
 from surveillance_pipeline.gbif.download_index import ensure_index, open_downloads
 from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
-from surveillance_pipeline.gbif.records import record_from_fields
+from surveillance_pipeline.gbif.records import iter_record_lines, record_from_fields
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.derive import derive_to_file
@@ -213,6 +213,30 @@ def test_absent_records_reach_no_species_as_search_would_leave_them_out(tmp_path
 
 def _rows_only(info):
     raise ColumnarUnavailable("forced: read row by row")
+
+
+def test_both_readers_escape_a_backslash_alike_and_refuse_a_nul_byte(tmp_path, monkeypatch):
+    # The columnar reader looks for both in the joined lines, not column by column: a backslash in text
+    # must still be escaped as the row reader escapes it, and a NUL byte still sends the download to the
+    # row reader, which names its line.
+    backslash = devil_row(2).replace(f"{CC_BY}\t\t", f"{CC_BY}\tA\\B;ZERO_COORDINATE\t")
+    path = write_download(tmp_path / "0001111-261129000000000.zip", [devil_row(1), backslash])
+    columnar = ensure_index(describe_download(path), tmp_path / "columnar", [DEVIL_SPECIES])
+    with monkeypatch.context() as forced:
+        forced.setattr(download_index, "read_column_batches", _rows_only)
+        by_rows = ensure_index(describe_download(path), tmp_path / "rows", [DEVIL_SPECIES])
+    assert columnar.parts[DEVIL].sha256 == by_rows.parts[DEVIL].sha256
+    lines = list(iter_record_lines(columnar.parts[DEVIL].path))
+    assert len(lines) == 2 and lines[1].endswith("\tA\\\\B;ZERO_COORDINATE"), lines
+    assert columnar.counts["zero_coordinates"] == 1
+
+    nul = devil_row(3).replace(f"{CC_BY}\t\t", f"{CC_BY}\tA\x00B\t")
+    path = write_download(tmp_path / "0001112-261129000000000.zip", [devil_row(1), nul])
+    with pytest.raises(ColumnarUnavailable):
+        list(read_column_batches(describe_download(path)))
+    with pytest.raises(InputError) as refused:
+        ensure_index(describe_download(path), tmp_path / "nul", [DEVIL_SPECIES])
+    assert (refused.value.path, refused.value.where) == (str(path), "occurrence.txt line 3")
 
 
 def test_a_download_is_indexed_once_per_version_and_a_registry_change_makes_a_new_index(tmp_path):

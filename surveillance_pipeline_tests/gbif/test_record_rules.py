@@ -199,7 +199,7 @@ def test_the_good_record_reads_the_same_through_both_download_readers(tmp_path):
     download = write_download(tmp_path, GOOD)
     [batch] = list(read_column_batches(describe_download(download)))
     [record] = list(read_records(describe_download(download)))
-    assert batch.lines.to_pylist() == [record.text.rstrip("\n")]
+    assert batch.lines.to_pylist() == [record.text]
 
 
 def test_a_download_leaves_the_year_range_to_derive(tmp_path):
