@@ -126,27 +126,35 @@ class RecordsWriter:
         self._gzip = gzip.GzipFile(
             filename="", mode="wb", fileobj=self._raw, compresslevel=GZIP_LEVEL, mtime=0
         )
-        self._buffer = io.TextIOWrapper(self._gzip, encoding="utf-8", newline="\n", write_through=False)
 
     def write_lines(self, lines: Iterable[str]) -> None:
         """Lines already ending in ``\\n``, handed on joined a block at a time (a write per line was half
-        the cost of writing an index part). The gzip bytes do not depend on how the text is cut: deflate
-        without a flush waits for more input rather than emit early."""
+        the cost of writing an index part)."""
         stream = iter(lines)
         while block := list(itertools.islice(stream, WRITE_BLOCK_LINES)):
-            self._buffer.write("".join(block))
-            self.rows += len(block)
+            self.write_block("".join(block).encode("utf-8"), len(block))
+
+    def write_block(self, block: bytes | memoryview, rows: int) -> None:
+        """``rows`` lines in UTF-8, each ending in ``\\n``. The gzip bytes do not depend on how the
+        text is cut into blocks: deflate without a flush waits for more input rather than emit early (a
+        flush writes a sync marker: only ``commit`` flushes)."""
+        self._gzip.write(block)
+        self.rows += rows
 
     def commit(self) -> str:
         """Close, rename over the target, and return the file's sha256."""
-        self._buffer.close()  # ends the gzip stream; GzipFile leaves the file it was given open
+        # A sync flush, then the end of the stream: the bytes every records file has had since the text
+        # went through a TextIOWrapper, whose close flushed the GzipFile before closing it. Without it
+        # the same lines would make another file, and every raw snapshot naming one a new key.
+        self._gzip.flush()
+        self._gzip.close()  # GzipFile leaves the file it was given open
         self._raw.close()  # flushed and fsynced before the rename makes it the records file
         os.replace(self._partial, self.path)
         return self._raw.digest.hexdigest()
 
     def abort(self) -> None:
         try:
-            self._buffer.close()
+            self._gzip.close()
             self._raw.close()
         finally:
             self._partial.unlink(missing_ok=True)

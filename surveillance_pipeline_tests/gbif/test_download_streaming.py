@@ -27,7 +27,7 @@ from surveillance_pipeline.gbif.download_index import ensure_index, open_downloa
 from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
-from surveillance_pipeline.gbif.records import iter_record_lines, record_from_fields
+from surveillance_pipeline.gbif.records import RecordsWriter, iter_record_lines, record_from_fields
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.derive import derive_to_file
@@ -213,6 +213,41 @@ def test_absent_records_reach_no_species_as_search_would_leave_them_out(tmp_path
 
 def _rows_only(info):
     raise ColumnarUnavailable("forced: read row by row")
+
+
+# What these lines' records file has always been, byte for byte (written through a TextIOWrapper, whose
+# close flushed the gzip stream, until stop 39): raw snapshots name their records files by sha256, so other
+# bytes for the same lines would give every species of every warehouse a new key, and a reload.
+RECORDS_FILE_LINES = [f"{key}\tHUMAN_OBSERVATION\tAU\tline {key}\n" for key in (5001, 5002, 123456789)]
+RECORDS_FILE_SHA256 = "44c6d49f95fd958316048240c25365688b71b80c37bf6ec614f96ceb2d02d75d"
+
+
+def test_a_records_file_has_the_same_bytes_written_by_lines_or_by_blocks(tmp_path):
+    with RecordsWriter(tmp_path / "by-lines.tsv.gz") as writer:
+        writer.write_lines(RECORDS_FILE_LINES)
+        by_lines = writer.commit()
+    with RecordsWriter(tmp_path / "by-blocks.tsv.gz") as writer:
+        writer.write_block("".join(RECORDS_FILE_LINES[:2]).encode("utf-8"), 2)
+        writer.write_block(memoryview(RECORDS_FILE_LINES[2].encode("utf-8")), 1)
+        by_blocks = writer.commit()
+        assert writer.rows == 3
+    assert by_lines == by_blocks == RECORDS_FILE_SHA256
+
+
+def test_a_part_sorts_by_id_alike_in_memory_and_in_runs_merged_from_disk(tmp_path, monkeypatch):
+    # Ids of different lengths, shuffled: a part is sorted by the number, never by the text ("9" after
+    # "10"), whether the spill is sorted at once or in runs of a few lines merged from disk.
+    ids = [9, 10, 99, 100, 5001, 123456789, 1000000000, 4999999999, 7, 70, 700, 123456789012345678]
+    shuffled = [ids[(i * 5) % len(ids)] for i in range(len(ids))]
+    assert sorted(shuffled) == sorted(ids) and shuffled != sorted(ids)
+    path = write_download(tmp_path / "0001113-261129000000000.zip", [devil_row(i) for i in shuffled])
+    at_once = ensure_index(describe_download(path), tmp_path / "at-once", [DEVIL_SPECIES])
+    monkeypatch.setattr(download_index, "SORT_BYTES", 200)  # two or three lines a run
+    in_runs = ensure_index(describe_download(path), tmp_path / "in-runs", [DEVIL_SPECIES])
+    assert at_once.parts[DEVIL].sha256 == in_runs.parts[DEVIL].sha256
+    lines = list(iter_record_lines(at_once.parts[DEVIL].path, at_once.parts[DEVIL].sha256))
+    assert [int(line.split("\t", 1)[0]) for line in lines] == sorted(ids)
+    assert not list((tmp_path / "in-runs").rglob(".runs"))  # the runs were scratch
 
 
 def test_both_readers_escape_a_backslash_alike_and_refuse_a_nul_byte(tmp_path, monkeypatch):
