@@ -268,13 +268,4 @@ def joined_lines(lines: pa.Array) -> bytes:
     """The strings of ``lines``, each followed by "\\n", as one bytes object: one copy out of pyarrow's
     buffer instead of a Python string per line."""
     ended = pc.binary_join_element_wise(lines, pa.scalar("", pa.string()), "\n")
-    if ended.type != pa.large_string():
-        ended = pc.cast(ended, pa.large_string())
-    if ended.null_count:
-        raise ValueError("a null line")
-    offsets = ended.buffers()[1]
-    data = ended.buffers()[2]
-    if data is None or len(ended) == 0:
-        return b""
-    bounds = np.frombuffer(offsets, dtype=np.int64)[ended.offset : ended.offset + len(ended) + 1]
-    return data.to_pybytes()[int(bounds[0]) : int(bounds[-1])]
+    return bytes(next(line_blocks(ended, [len(ended)])))

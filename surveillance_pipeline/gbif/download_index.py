@@ -467,9 +467,9 @@ class _Spill:
     def path(self, slug: str) -> Path:
         return self._folder / f"{slug}.tsv"
 
-    def add_block(self, slug: str, text: bytes | memoryview, lines: int) -> None:
+    def add_block(self, slug: str, block: bytes | memoryview, lines: int) -> None:
         """``lines`` records-file lines in UTF-8, each ending in ``\\n``."""
-        self._buffer[slug].append(text)
+        self._buffer[slug].append(block)
         self.slugs.add(slug)
         self._buffered += lines
         if self._buffered >= SPILL_LINES:
