@@ -1,11 +1,12 @@
 """The code location: merges each domain's definitions, adds jobs, the schedule and the automation sensor,
-and binds resources. Nothing else."""
+binds resources, and sets what it loaded aside from the cycle collector. Nothing else."""
 
 import os
 from typing import Any
 
 import dagster as dg
 
+from surveillance_pipeline.core.long_lived import set_aside_long_lived_objects
 from surveillance_pipeline.core.settings import (
     DATA_DIR_VARIABLE,
     DATABASE_URL_VARIABLE,
@@ -131,3 +132,7 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
 
 
 defs = assemble(live_resources())
+# Every process that executes steps loads this module first (make run and its runs, the daemon's run
+# workers, the Celery workers): what it loaded lives as long as the process, and the cycle collector's
+# full passes over it fell inside steps (core/long_lived.py).
+set_aside_long_lived_objects()

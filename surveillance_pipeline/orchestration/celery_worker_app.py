@@ -28,6 +28,7 @@ from dagster_celery.make_app import make_app
 from kombu.transport.redis import Channel
 
 from surveillance_pipeline.core.lazy_modules import import_heavy_modules
+from surveillance_pipeline.core.long_lived import set_aside_long_lived_objects
 from surveillance_pipeline.core.settings import CODE_LOCATION_MODULE
 from surveillance_pipeline.orchestration.dagster_internals import create_step_task
 from surveillance_pipeline.orchestration.distributed import (
@@ -109,6 +110,7 @@ def _mark_step_worker(**_: Any) -> None:
     os.environ[STEP_WORKER_VARIABLE] = "1"
     importlib.import_module(CODE_LOCATION_MODULE)
     import_heavy_modules()
+    set_aside_long_lived_objects()  # the libraries too: the code location set aside only itself
 
 
 app = make_app(
