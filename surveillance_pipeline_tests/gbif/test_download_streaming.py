@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -234,20 +235,50 @@ def test_a_records_file_has_the_same_bytes_written_by_lines_or_by_blocks(tmp_pat
     assert by_lines == by_blocks == RECORDS_FILE_SHA256
 
 
-def test_a_part_sorts_by_id_alike_in_memory_and_in_runs_merged_from_disk(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("sort_bytes", "sample_every"), [(200, 1), (200, 32), (600, 2)])
+def test_a_part_sorts_by_id_alike_in_memory_and_split_by_id_ranges(
+    tmp_path, monkeypatch, sort_bytes, sample_every
+):
     # Ids of different lengths, shuffled: a part is sorted by the number, never by the text ("9" after
-    # "10"), whether the spill is sorted at once or in runs of a few lines merged from disk.
+    # "10"), whether the spill is sorted at once or split into files by id range, each sorted alone (a
+    # few lines a range; ranges split again, and ranges the sample could not cut).
     ids = [9, 10, 99, 100, 5001, 123456789, 1000000000, 4999999999, 7, 70, 700, 123456789012345678]
     shuffled = [ids[(i * 5) % len(ids)] for i in range(len(ids))]
     assert sorted(shuffled) == sorted(ids) and shuffled != sorted(ids)
     path = write_download(tmp_path / "0001113-261129000000000.zip", [devil_row(i) for i in shuffled])
     at_once = ensure_index(describe_download(path), tmp_path / "at-once", [DEVIL_SPECIES])
-    monkeypatch.setattr(download_index, "SORT_BYTES", 200)  # two or three lines a run
-    in_runs = ensure_index(describe_download(path), tmp_path / "in-runs", [DEVIL_SPECIES])
-    assert at_once.parts[DEVIL].sha256 == in_runs.parts[DEVIL].sha256
+    monkeypatch.setattr(download_index, "SORT_BYTES", sort_bytes)
+    monkeypatch.setattr(download_index, "ID_SAMPLE_EVERY", sample_every)
+    in_ranges = ensure_index(describe_download(path), tmp_path / "in-ranges", [DEVIL_SPECIES])
+    assert at_once.parts[DEVIL].sha256 == in_ranges.parts[DEVIL].sha256
     lines = list(iter_record_lines(at_once.parts[DEVIL].path, at_once.parts[DEVIL].sha256))
     assert [int(line.split("\t", 1)[0]) for line in lines] == sorted(ids)
-    assert not list((tmp_path / "in-runs").rglob(".runs"))  # the runs were scratch
+    assert not list((tmp_path / "in-ranges").rglob(".ranges"))  # the range files were scratch
+
+
+@pytest.mark.parametrize(("sort_bytes", "sample_every"), [(4096, 32), (4096, 400), (65536, 1)])
+def test_a_long_spill_split_by_id_ranges_gives_every_line_once_in_a_stable_sort(
+    tmp_path, monkeypatch, sort_bytes, sample_every
+):
+    # 4,000 lines (170 KB) with ids of 1 to 18 digits, some repeated (their lines then keep the spill's
+    # order), sorted a few KB at a time: ranges cut from samples of every size, some split again.
+    generator = random.Random(27)
+    ids = [generator.randrange(10 ** generator.randint(1, 18)) for _ in range(3_900)]
+    ids += generator.sample(ids, 100)
+    lines = [
+        f"{gbif_id}\tline {number}\t{'x' * generator.randint(0, 40)}\n" for number, gbif_id in enumerate(ids)
+    ]
+    spill = tmp_path / "species.tsv"
+    spill.write_text("".join(lines), encoding="utf-8")
+    monkeypatch.setattr(download_index, "SORT_BYTES", sort_bytes)
+    monkeypatch.setattr(download_index, "ID_SAMPLE_EVERY", sample_every)
+    blocks = list(download_index._sorted_blocks(spill, tmp_path / ".ranges"))
+    assert b"".join(bytes(block) for block, _ in blocks).decode("utf-8") == "".join(
+        sorted(lines, key=lambda line: int(line.split("\t", 1)[0]))
+    )
+    assert sum(count for _, count in blocks) == len(lines)
+    assert len(blocks) > 1  # split by range (in memory it would be one block)
+    assert not list((tmp_path / ".ranges").iterdir())
 
 
 def test_both_readers_escape_a_backslash_alike_and_refuse_a_nul_byte(tmp_path, monkeypatch):
