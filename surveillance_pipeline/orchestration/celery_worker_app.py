@@ -110,7 +110,8 @@ def _mark_step_worker(**_: Any) -> None:
     os.environ[STEP_WORKER_VARIABLE] = "1"
     importlib.import_module(CODE_LOCATION_MODULE)
     import_heavy_modules()
-    set_aside_long_lived_objects()  # the libraries too: the code location set aside only itself
+    # Again: the code location's own call came before these libraries were imported.
+    set_aside_long_lived_objects()
 
 
 app = make_app(
