@@ -8,6 +8,7 @@ tooling. Elements are found by their visible text, as a user finds them.
 from __future__ import annotations
 
 import base64
+import collections
 import itertools
 import json
 import re
@@ -20,6 +21,12 @@ from typing import Any
 
 from websockets.sync.client import connect
 
+# An open dialog's text (it comes last in the body, past what a message quotes), else the page's.
+SHOWN_TEXT = """
+(() => { const d = [...document.querySelectorAll('[role=dialog]')].pop();
+         return (d || document.body || {innerText: ''}).innerText; })()
+"""
+CLICKABLE = "button, a, [role=button], [role=menuitem]"
 FIND_BY_TEXT = """
 (([pattern, selector]) => {
   const wanted = new RegExp(pattern);
@@ -70,6 +77,9 @@ class Browser:
             pages = [t for t in json.load(answer) if t["type"] == "page"]
         self._socket = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=20)
         self._ids = itertools.count(1)
+        # The page's own errors (uncaught exceptions, console.error), kept so a timeout can say whether the
+        # page failed, not only what it shows.
+        self.page_errors: collections.deque[str] = collections.deque(maxlen=12)
         self.send("Page.enable")
         self.send("Runtime.enable")
         self.send(
@@ -91,15 +101,27 @@ class Browser:
         raise TimeoutError("chromium did not open its DevTools endpoint")
 
     def send(self, method: str, **params: Any) -> dict[str, Any]:
-        """One DevTools command; waits for its answer (events in between are dropped)."""
+        """One DevTools command; waits for its answer (events in between are dropped, but for the page's
+        errors, kept in ``page_errors``)."""
         message_id = next(self._ids)
         self._socket.send(json.dumps({"id": message_id, "method": method, "params": params}))
         while True:
             message = json.loads(self._socket.recv(timeout=60))
+            self._keep_page_error(message)
             if message.get("id") == message_id:
                 if "error" in message:
                     raise RuntimeError(f"{method}: {message['error']}")
                 return message.get("result", {})
+
+    def _keep_page_error(self, message: dict[str, Any]) -> None:
+        params = message.get("params", {})
+        if message.get("method") == "Runtime.exceptionThrown":
+            details = params.get("exceptionDetails", {})
+            thrown = details.get("exception", {}).get("description") or details.get("text", "")
+            self.page_errors.append(f"uncaught: {thrown[:500]}")
+        elif message.get("method") == "Runtime.consoleAPICalled" and params.get("type") == "error":
+            said = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            self.page_errors.append(f"console.error: {said[:500]}")
 
     def evaluate(self, expression: str) -> Any:
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
@@ -123,22 +145,41 @@ class Browser:
             if condition():
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"waited {timeout} s for {what}")
+        raise TimeoutError(f"waited {timeout} s for {what}; {self.describe()}")
+
+    def describe(self) -> str:
+        """What the page shows (its open dialog's text, if one is open) and said, for a failure's message."""
+        try:
+            shown = re.sub(r"\s+", " ", str(self.evaluate(SHOWN_TEXT)))[:1500]
+        except (RuntimeError, TimeoutError) as error:
+            shown = f"(unreadable: {error})"
+        said = "; ".join(self.page_errors) or "none"
+        return f"the page shows: {shown!r}; its errors: {said}"
 
     def wait_for_text(self, pattern: str, timeout: float = 60) -> None:
         self.wait_for(lambda: re.search(pattern, self.text()) is not None, f"text /{pattern}/", timeout)
 
-    def click(self, pattern: str, selector: str = "button, a, [role=button], [role=menuitem]") -> str:
-        """Click the (last) visible element matching ``selector`` whose text matches ``pattern``."""
+    def find(self, pattern: str, selector: str = CLICKABLE) -> dict[str, Any] | None:
+        """The (last) visible, enabled element matching ``selector`` whose text matches ``pattern``:
+        its centre and text, scrolled into view; None when there is none."""
+        found = self.evaluate(f"{FIND_BY_TEXT}({json.dumps([pattern, selector])})")
+        return dict(found) if found else None
+
+    def wait_for_element(
+        self, pattern: str, selector: str = CLICKABLE, timeout: float = 60
+    ) -> dict[str, Any]:
         found: dict[str, Any] = {}
 
         def located() -> bool:
-            where = self.evaluate(f"{FIND_BY_TEXT}({json.dumps([pattern, selector])})")
-            if where:
-                found.update(where)
-            return bool(where)
+            found.update(self.find(pattern, selector) or {})
+            return bool(found)
 
-        self.wait_for(located, f"something to click matching /{pattern}/")
+        self.wait_for(located, f"something to click matching /{pattern}/", timeout)
+        return found
+
+    def click(self, pattern: str, selector: str = CLICKABLE) -> str:
+        """Click the (last) visible element matching ``selector`` whose text matches ``pattern``."""
+        found = self.wait_for_element(pattern, selector)
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.send(
                 "Input.dispatchMouseEvent", type=kind, x=found["x"], y=found["y"], button="left", clickCount=1
