@@ -64,7 +64,7 @@ from surveillance_pipeline.orchestration.jobs import (
 from surveillance_pipeline.orchestration.partitions import add_batch_days
 from surveillance_pipeline.orchestration.pools import ensure_pool_limits
 from surveillance_pipeline.orchestration.reporting import failed_partitions, partition_range_tags
-from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.orchestration.run_config import quiet_run_config
 from surveillance_pipeline.planning.plan import ORDER as PLAN_ORDER
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
@@ -133,9 +133,10 @@ def species_weights(definitions: dg.Definitions) -> dict[str, int] | None:
     left to gbif_raw, which fails naming its file, line and field; the split is then by count.
     """
     resources = definitions.resources or {}
-    gbif, paths = resources.get("gbif"), resources.get("paths")
+    gbif, paths, warehouse = resources.get("gbif"), resources.get("paths"), resources.get("warehouse")
     if not is_distributed() or not isinstance(gbif, GbifSource) or not isinstance(paths, DataPaths):
         return None
+    trust_stamps = not (isinstance(warehouse, Warehouse) and warehouse.verify_targets)
     started = time.perf_counter()
     try:
         if gbif.reads_lab():
@@ -148,7 +149,13 @@ def species_weights(definitions: dg.Definitions) -> dict[str, int] | None:
             return lab
         if not gbif.reads_downloads():
             return None
-        folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=True)
+        folder = open_downloads(
+            paths.downloads(),
+            paths.download_index(),
+            load_registry(),
+            build=True,
+            stamps=paths.download_stamps() if trust_stamps else None,
+        )
     except (InputError, OSError, ValueError):
         return None  # gbif_raw's step says what is wrong (a bad GBIF_SOURCE, a bad download, a full disk)
     weights: Counter[str] = Counter()

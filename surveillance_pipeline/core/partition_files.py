@@ -174,6 +174,14 @@ def write_file_stamps(stamps: Path, files: dict[str, list[Any]]) -> None:
     )
 
 
+def forget_file_stamps(stamps: Path, keep: set[str]) -> None:
+    """Drop the stamps of files not named in ``keep`` (gone from their folder), so a memo does not grow
+    with every file that ever passed through it."""
+    kept = read_file_stamps(stamps)
+    if set(kept) - keep:
+        write_file_stamps(stamps, {name: stamp for name, stamp in kept.items() if name in keep})
+
+
 def keep_file_stamps(stamps: Path, sha256_of: dict[Path, str]) -> None:
     """Keep each file's stamp as it is now with its sha256, known from writing or reading its bytes just
     before: so the first skip after a load reads no file and writes no memo."""

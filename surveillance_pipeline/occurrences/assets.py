@@ -51,8 +51,16 @@ class OccurrencesConfig(dg.Config):
     description="GBIF download zips (DwC-A or simple CSV) in data/downloads/; data version = sha256 over "
     "their names and bytes. Read by gbif_raw when GBIF_SOURCE=download. Observing never parses a download.",
 )
-def gbif_downloads(context: dg.AssetExecutionContext, paths: DataPaths) -> dg.ObserveResult:
-    folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=False)
+def gbif_downloads(
+    context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse
+) -> dg.ObserveResult:
+    folder = open_downloads(
+        paths.downloads(),
+        paths.download_index(),
+        load_registry(),
+        build=False,
+        stamps=None if warehouse.verify_targets else paths.download_stamps(),  # make repair hashes them
+    )
     if folder.ignored:
         context.log.warning(f"data/downloads/: not a zip, not read: {', '.join(folder.ignored)}")
     return dg.ObserveResult(
@@ -93,7 +101,13 @@ def gbif_raw(
     indexes: tuple[DownloadIndex, ...] = ()
     if gbif.reads_downloads():
         # Each download version is read once, here, into its index; later runs only look it up.
-        folder = open_downloads(paths.downloads(), paths.download_index(), load_registry(), build=True)
+        folder = open_downloads(
+            paths.downloads(),
+            paths.download_index(),
+            load_registry(),
+            build=True,
+            stamps=None if warehouse.verify_targets else paths.download_stamps(),
+        )
         indexes = tuple(index for index in folder.indexes if index is not None)
         if folder.ignored:
             context.log.warning(f"data/downloads/: not a zip, not read: {', '.join(folder.ignored)}")

@@ -155,6 +155,11 @@ class DataPaths(dg.ConfigurableResource):
         """Where a user drops GBIF download zips (DwC-A or simple CSV)."""
         return Path(self.root) / "downloads"
 
+    def download_stamps(self) -> Path:
+        """``data/memos/gbif_downloads/zips.stamps.json``: each zip's stamp with its sha256, so an
+        unchanged download is not read again to learn its sha256 (gbif.download_index.open_downloads)."""
+        return self.stamps("gbif_downloads", "zips")
+
     def download_index(self) -> Path:
         """What each download version holds per species (gbif.download_index), built by gbif_raw."""
         return Path(self.root) / "download_index"

@@ -16,6 +16,8 @@ import pytest
 
 from surveillance_pipeline.commands.run import species_weights
 from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.keys import forget_hashed_files, sha256_file
+from surveillance_pipeline.core.partition_files import file_stamp, read_file_stamps, write_file_stamps
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.download_index import DownloadIndex, ensure_index, open_downloads
@@ -23,6 +25,7 @@ from surveillance_pipeline.gbif.downloads import (
     DWCA,
     SIMPLE_CSV,
     describe_download,
+    downloads_version,
     read_records,
 )
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
@@ -39,6 +42,7 @@ from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
+from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
@@ -377,6 +381,44 @@ def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
         "skipped",
     ]
     assert table_md5(db) == before
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_an_unchanged_zip_is_observed_by_its_stamp_and_a_rewritten_one_is_hashed_again(
+    database_url, data_dir, instance
+):
+    """The observation keeps each zip's stamp (device, inode, size, mtime, ctime) with its sha256 and,
+    while the stamp holds, does not read the zip again: a sha256 forged into the memo under the zip's own
+    stamp is what it then reports. Rewriting the zip with the same bytes changes the stamp, so it is
+    hashed again; make repair's setting (verify_targets) trusts no stamp; a removed zip's stamp goes."""
+    resources = _download_resources(database_url, data_dir)
+    zip_path = _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    stamps = resources["paths"].download_stamps()
+
+    def observed_version(with_resources: dict = resources) -> str:
+        [event] = observe(
+            [gbif_downloads], instance=instance, resources=with_resources
+        ).get_asset_observation_events()
+        return str(event.asset_observation_data.asset_observation.tags["dagster/data_version"])
+
+    true_sha256 = sha256_file(zip_path)
+    assert observed_version() == downloads_version([(zip_path.name, true_sha256)])
+    [kept] = read_file_stamps(stamps).values()
+    assert kept == [*file_stamp(zip_path), true_sha256]
+    forged = "f" * 64
+    write_file_stamps(stamps, {zip_path.name: [*file_stamp(zip_path), forged]})
+    assert observed_version() == downloads_version([(zip_path.name, forged)])
+    repairing = {**resources, "warehouse": Warehouse(database_url=database_url, verify_targets=True)}
+    forget_hashed_files()  # make repair is a new process: nothing the forged stamp vouched for is in it
+    assert observed_version(repairing) == downloads_version([(zip_path.name, true_sha256)])
+
+    zip_path.write_bytes(zip_path.read_bytes())  # the same bytes, written again: a new mtime and ctime
+    assert observed_version() == downloads_version([(zip_path.name, true_sha256)])
+    assert read_file_stamps(stamps)[zip_path.name][-1] == true_sha256
+    zip_path.unlink()
+    assert observed_version() == downloads_version([])
+    assert read_file_stamps(stamps) == {}
 
 
 @pytest.mark.db
