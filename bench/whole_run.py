@@ -6,7 +6,9 @@ surveillance_pipeline.commands.run``, with ``GBIF_SOURCE=download``) runs in a s
 scratch Dagster storage twice: the first run, then the same run with nothing changed. Each run's peak RSS
 is sampled over its whole process group (every ~0.2 s, the sum of the group's RSS, and the largest single
 process), and make run's own table gives each asset's seconds; in the no-change run every partition skips,
-so an asset's seconds there are what deciding to skip cost it.
+so an asset's seconds there are what deciding to skip cost it. A last no-change run, with the zip's stamp
+removed (data/memos/gbif_downloads/zips.stamps.json), says apart what the stamp saves: without it the zip's
+sha256 is read again, as in a user's first run after the memo is lost.
 
 The floors, measured in the same invocation: the import's limit (bench/downloads.py ``measure_limit``:
 unzip, DuckDB derive, psql ``\\copy`` into an indexed table), and for the no-change run a streamed sha256
@@ -35,6 +37,7 @@ from bench.inputs import trivial_cli_command
 from bench.run import log
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.settings import PROJECT_ROOT
+from surveillance_pipeline.orchestration.resources import DataPaths
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 DEFAULT_SIZES = (1_000_000,)
@@ -229,6 +232,15 @@ def measure_size(
             kept = sorted(again, key=lambda run: run.seconds)[(len(again) - 1) // 2]
             result["no_change"] = kept.as_dict()
             result["no_change"]["runs"] = [round(run.seconds, 3) for run in again]
+            # What the zip's stamp saves, said apart: the same run once its stamp is gone (the zip's
+            # sha256 read again, as in the first run after the memo is lost or the zip touched).
+            log(f"whole run {records:,}: make run again, nothing changed, the zip's stamp removed")
+            DataPaths(root=str(data)).download_stamps().unlink(missing_ok=True)
+            rehashed = run_group(make_run, environment, rss_cap_kb)
+            result["no_change_rehashed"] = {
+                "seconds": round(rehashed.seconds, 3),
+                "returncode": rehashed.returncode,
+            }
         log(f"whole run {records:,}: floor (sha256 of the zip + one trivial CLI run)")
         hashes, trivials = [], []
         for _ in range(max(reps, 3)):
@@ -312,6 +324,16 @@ def markdown(section: dict[str, Any]) -> str:
         for label, run in (("first", first), ("no-change", again)):
             if run.get("error"):
                 lines.append(f"\n{size['records']:,} {label} run failed: {run['error']}")
+    for size in section["sizes"]:
+        rehashed = size.get("no_change_rehashed", {}).get("seconds")
+        floor = (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
+        if rehashed is not None and floor:
+            saved = rehashed - (size.get("no_change", {}).get("seconds") or 0.0)
+            lines.append(
+                f"\nAt {size['records']:,}, the no-change run once more with the zip's stamp removed (its "
+                f"sha256 read again): {rehashed:.1f} s, {rehashed / floor:.2f}x the floor; the stamp saved "
+                f"{saved:.1f} s."
+            )
     for size in section["sizes"]:
         first, again = size.get("first", {}), size.get("no_change", {})
         names = list(dict.fromkeys([*first.get("assets", {}), *again.get("assets", {})]))
