@@ -136,7 +136,8 @@ class DataPaths(dg.ConfigurableResource):
     region_layer: str = ""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        # The source observations need no warehouse: the data folder is what they all set up.
+        # The source observations need no warehouse connection: the data folder is what they all set up
+        # (gbif_downloads also takes the warehouse, for verify_targets alone; setting it up opens none).
         refuse_other_settings(context)
 
     def raw(self, slug: str) -> Path:
