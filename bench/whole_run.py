@@ -256,12 +256,17 @@ def measure_size(
     return result
 
 
+def no_change_floor(size: dict[str, Any]) -> float:
+    """The no-change run's floor at one size: the zip's streamed sha256 plus one trivial CLI run."""
+    return (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
+
+
 def ratios(size: dict[str, Any]) -> dict[str, float | None]:
     limit = size.get("limit", {}).get("seconds")
     first = size.get("first", {})
     no_change = size.get("no_change", {})
     import_seconds = [first.get("assets", {}).get(a, {}).get("seconds") for a in IMPORT_ASSETS]
-    floor = (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
+    floor = no_change_floor(size)
     skips = [a["seconds"] for a in no_change.get("assets", {}).values() if a.get("seconds") is not None]
 
     def over(value: float | None, by: float | None) -> float | None:
@@ -312,7 +317,7 @@ def markdown(section: dict[str, Any]) -> str:
     for size in section["sizes"]:
         first, again = size.get("first", {}), size.get("no_change", {})
         r = ratios(size)
-        floor = (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
+        floor = no_change_floor(size)
         lines.append(
             f"| {size['records']:,} | {_s(first.get('seconds'))} | {_s(size['limit'].get('seconds'))} "
             f"| {r['first_vs_limit']} (target ≤ 3) | {r['import_assets_vs_limit']} (target ≤ 2) "
@@ -325,9 +330,14 @@ def markdown(section: dict[str, Any]) -> str:
             if run.get("error"):
                 lines.append(f"\n{size['records']:,} {label} run failed: {run['error']}")
     for size in section["sizes"]:
-        rehashed = size.get("no_change_rehashed", {}).get("seconds")
-        floor = (size.get("sha256") or 0.0) + (size.get("trivial_cli") or 0.0)
-        if rehashed is not None and floor:
+        rehashed_run = size.get("no_change_rehashed", {})
+        rehashed, floor = rehashed_run.get("seconds"), no_change_floor(size)
+        if rehashed_run.get("returncode"):
+            lines.append(
+                f"\nAt {size['records']:,}, the no-change run with the zip's stamp removed failed "
+                f"(exit {rehashed_run['returncode']})."
+            )
+        elif rehashed is not None and floor:
             saved = rehashed - (size.get("no_change", {}).get("seconds") or 0.0)
             lines.append(
                 f"\nAt {size['records']:,}, the no-change run once more with the zip's stamp removed (its "
