@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 
 from surveillance_pipeline.gbif.registry import partition_keys
-from surveillance_pipeline.orchestration.distributed import species_backfill_policy
+from surveillance_pipeline.orchestration.distributed import species_backfill_policy, step_priority_tags
 
 species_partitions = dg.StaticPartitionsDefinition(partition_keys())
 
@@ -19,13 +19,19 @@ def species_asset(**asset_arguments: Any) -> Callable[..., dg.AssetsDefinition]:
     """``dg.asset`` for an asset with one partition per species.
 
     A backfill of a range is one run (per-partition runs would each cost seconds of process start), or,
-    under the distributed profile, runs of a few species each, which workers take side by side.
+    under the distributed profile, runs of a few species each, which workers take side by side; a free
+    worker takes the waiting step with the most work after it first (distributed.SPECIES_STEP_PRIORITIES).
     """
-    return dg.asset(
-        partitions_def=species_partitions,
-        backfill_policy=species_backfill_policy(),
-        **asset_arguments,
-    )
+
+    def decorate(compute: Callable[..., Any]) -> dg.AssetsDefinition:
+        return dg.asset(
+            partitions_def=species_partitions,
+            backfill_policy=species_backfill_policy(),
+            op_tags=step_priority_tags(compute.__name__),
+            **asset_arguments,
+        )(compute)
+
+    return decorate
 
 
 def add_batch_days(instance: dg.DagsterInstance, days: list[str]) -> list[str]:

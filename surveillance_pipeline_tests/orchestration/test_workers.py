@@ -3,7 +3,7 @@
 Real Celery workers on a private Redis, with no Dagster: the supervisor replaces a SIGKILLed worker under a
 new node name and stops the rest with status 0 on Ctrl-C; a task that sleeps like a long step is started
 once on a live worker, however long it runs past the visibility timeout, and is started again on the other
-worker soon after its worker is SIGKILLed.
+worker soon after its worker is SIGKILLed; waiting steps are taken by their priority.
 """
 
 from __future__ import annotations
@@ -16,10 +16,20 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from celery import Celery
+from dagster_celery.tags import DAGSTER_CELERY_STEP_PRIORITY_TAG
 
-from surveillance_pipeline.orchestration.distributed import QUEUE
+from surveillance_pipeline.definitions import defs
+from surveillance_pipeline.orchestration.distributed import (
+    QUEUE,
+    SPECIES_STEP_PRIORITIES,
+    STEP_PRIORITY_TAG,
+    celery_settings,
+    send_steps_by_priority,
+)
+from surveillance_pipeline.orchestration.partitions import species_partitions
 from surveillance_pipeline_tests.support.celery_probe_task import NOTE_AND_SLEEP
 from surveillance_pipeline_tests.support.celery_workers import workers_running
 from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT
@@ -141,3 +151,45 @@ def test_a_long_step_runs_once_and_a_dead_workers_step_runs_again_soon(tmp_path:
             assert again[0][1].split("@")[0] != holder
             print(f"handover {handover:.1f} s after the kill (visibility timeout {VISIBILITY_TIMEOUT} s)")
             assert handover < VISIBILITY_TIMEOUT + 4, handover
+
+
+def test_a_free_worker_takes_the_waiting_step_of_highest_priority_first(tmp_path: Path):
+    """dagster-celery sends priorities as RabbitMQ reads them (higher first); Redis serves the lowest first.
+    Sent while no worker runs, in an order that is neither, the steps start highest first on one worker."""
+    send_steps_by_priority()
+    with PrivateRedis(tmp_path / "redis") as redis:
+        env = {**os.environ, "REDIS_URL": redis.url}
+        client = Celery(broker=redis.url, backend=redis.url)
+        # The workers' own settings (the ten priority queues among them), as the run's executor has them.
+        client.conf.update(celery_settings())
+        notes = tmp_path / "notes.txt"
+        sent = [4, 9, 5, 7, 6]
+        results = [
+            client.send_task(NOTE_AND_SLEEP, args=[str(notes), f"p{p}", 0], queue=QUEUE, priority=p)
+            for p in sent
+        ]
+        include = ["--include", "surveillance_pipeline_tests.support.celery_probe_task"]
+        with workers_running(env, tmp_path, []) as workers:
+            workers.start("worker1", extra_args=include)
+            for result in results:
+                result.get(timeout=120)
+        started = [label for _, label in sorted(_all_starts(notes))]
+        assert started == ["p9", "p7", "p6", "p5", "p4"], notes.read_text()
+
+
+def _all_starts(notes: Path) -> list[tuple[float, str]]:
+    rows = [line.split() for line in notes.read_text().splitlines()]
+    return [(float(row[0]), row[1]) for row in rows if row[2] == "start"]
+
+
+def test_every_species_step_priority_names_a_species_asset_and_reaches_its_op():
+    assert STEP_PRIORITY_TAG == DAGSTER_CELERY_STEP_PRIORITY_TAG
+    species_assets = {
+        key.to_user_string(): assets_def
+        for assets_def in defs.assets or []
+        if isinstance(assets_def, dg.AssetsDefinition) and assets_def.partitions_def == species_partitions
+        for key in assets_def.keys
+    }
+    assert set(SPECIES_STEP_PRIORITIES) == set(species_assets)
+    for name, priority in SPECIES_STEP_PRIORITIES.items():
+        assert species_assets[name].op.tags[STEP_PRIORITY_TAG] == str(priority)
