@@ -67,7 +67,7 @@ LOCAL_EXECUTOR = dg.in_process_executor.configured(
 # flight. test_dagster_internals.py pins that the loop pauses on that module global.
 STEP_POLL_SECONDS = 0.2
 
-# dagster-celery's step priority (its DAGSTER_CELERY_STEP_PRIORITY_TAG; test_distributed.py pins the name):
+# dagster-celery's step priority (its DAGSTER_CELERY_STEP_PRIORITY_TAG; test_workers.py pins the name):
 # which waiting step a free worker takes first, higher first. Each species asset's is the work still ahead
 # of it in its run, so the chain that decides when a run ends never waits behind a side branch of another
 # run. Taken in the order they were sent (first in, first out), the two species runs of a 600,000-record
@@ -75,7 +75,7 @@ STEP_POLL_SECONDS = 0.2
 # geocoded_localities had taken the worker its derive was waiting for. Seconds per run (half the download,
 # stop 43): gbif_derived 1.5, then occurrences 5, then region_assignment 4.7 (which also waits for
 # geocoded_localities, 3.3), masked_release 3.3 and occurrence_sample 1.1. Every other step keeps
-# Celery's default, 5.
+# dagster-celery's default, 5.
 STEP_PRIORITY_TAG = "dagster-celery/priority"
 SPECIES_STEP_PRIORITIES = {
     "gbif_raw": 9,
