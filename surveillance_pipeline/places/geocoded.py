@@ -39,8 +39,13 @@ from surveillance_pipeline.places.ledger import (
 )
 
 PACKAGE = "surveillance_pipeline.places"
+# Schema 2: keyed by (species_id, id), not id (create_geocoded_localities.sql says why).
 GEOCODED_LOCALITIES = Target(
-    "geocoded_localities", PACKAGE, "create_geocoded_localities", partition_column="species_id"
+    "geocoded_localities",
+    PACKAGE,
+    "create_geocoded_localities",
+    schema_version=2,
+    partition_column="species_id",
 )
 
 

@@ -37,8 +37,9 @@ from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 
 PACKAGE = "surveillance_pipeline.places"
 REGIONS = Target("regions", PACKAGE, "create_regions")
+# Schema 2: keyed by (species_id, id), not id (create_region_assignment.sql).
 REGION_ASSIGNMENT = Target(
-    "region_assignment", PACKAGE, "create_region_assignment", partition_column="species_id"
+    "region_assignment", PACKAGE, "create_region_assignment", schema_version=2, partition_column="species_id"
 )
 
 

@@ -43,6 +43,7 @@ from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.orchestration.resources import Warehouse
+from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
 from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
@@ -495,3 +496,55 @@ def test_make_run_weighs_species_by_the_records_the_download_index_gives_them(
     searching = {**resources(database_url, data_dir), "gbif": LabGbifSource(source="api")}
     assert species_weights(assemble(searching)) is None
     assert not (data_dir / "download_index").exists()
+
+
+ECHIDNA = "tachyglossus-aculeatus"  # matched by name, as the devil: neither has a taxon key in the registry
+MOVED_ZIP = "0001234-261129000000000.zip"
+
+
+def _moving_rows(devil: tuple[int, int], echidna: tuple[int, int]) -> list[str]:
+    """Per species, a record with a locality and no coordinates (geocoded_localities holds it) and one with
+    a point (region_assignment holds it), by the gbifIDs given."""
+    rows = []
+    for name, (located, pointed) in (("Sarcophilus harrisii", devil), ("Tachyglossus aculeatus", echidna)):
+        rows.append(f"\tMount Wellington\tCC0_1_0\t{located}\t{name}\t\t2020\t\n")
+        rows.append(f"147.2\t\tCC0_1_0\t{pointed}\t{name}\t-42.8\t2020\t\n")
+    return rows
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_records_that_move_between_species_in_a_new_download_load_in_both_places_tables(
+    db, database_url, data_dir, instance
+):
+    """GBIF re-identifies records between downloads. Here two species swap theirs: while one species
+    reloads, the other still holds the records it is given. Each places table keys a row by species and
+    id, as occurrences does, so both species load (keyed by id alone, each failed on the other's rows, in
+    every run)."""
+    bound = _download_resources(database_url, data_dir)
+    assets = [*SPINE, geocoded_localities, region_assignment]
+    _write_dwca(data_dir / "downloads" / MOVED_ZIP, _moving_rows(devil=(7001, 7003), echidna=(7002, 7004)))
+    for slug in (DEVIL, ECHIDNA):
+        dg.materialize(assets, instance=instance, partition_key=slug, resources=bound)
+    held = "SELECT array_agg(concat_ws('|', species_id, id) ORDER BY species_id, id) FROM {}"
+    devil, echidna = species_by_slug(DEVIL).species_id, species_by_slug(ECHIDNA).species_id
+    assert db.execute(held.format("geocoded_localities")).fetchone()[0] == [
+        f"{devil}|7001",
+        f"{echidna}|7002",
+    ]
+
+    _write_dwca(data_dir / "downloads" / MOVED_ZIP, _moving_rows(devil=(7002, 7004), echidna=(7001, 7003)))
+    for slug in (DEVIL, ECHIDNA):
+        run = dg.materialize(assets, instance=instance, partition_key=slug, resources=bound)
+        assert [metadata(run, name)["action"] for name in ("geocoded_localities", "region_assignment")] == [
+            "loaded",
+            "loaded",
+        ]
+    assert db.execute(held.format("geocoded_localities")).fetchone()[0] == [
+        f"{devil}|7002",
+        f"{echidna}|7001",
+    ]
+    assert db.execute(held.format("region_assignment") + " WHERE id IN (7003, 7004)").fetchone()[0] == [
+        f"{devil}|7004",
+        f"{echidna}|7003",
+    ]

@@ -7,7 +7,8 @@ CREATE TEMPORARY TABLE assignment_points (
 ) ON COMMIT DROP;
 CREATE INDEX ON assignment_points USING gist (geom);
 CREATE TEMPORARY TABLE assignment_geocoded (
-    id     bigint PRIMARY KEY,
-    status text   NOT NULL,
+    id         bigint  PRIMARY KEY,
+    species_id integer NOT NULL,
+    status     text    NOT NULL,
     geom   geometry(Point, 4326)
 ) ON COMMIT DROP

@@ -1,10 +1,12 @@
--- region_assignment, schema version 1. {table} is the table identifier, bound by the driver.
+-- region_assignment, schema version 2. {table} is the table identifier, bound by the driver.
+-- Keyed by species and id, as occurrences is (one gbifID can be two species' record: see
+-- create_geocoded_localities.sql).
 CREATE TABLE {table} (
-    id            bigint           PRIMARY KEY,  -- GBIF's gbifID
+    id            bigint           NOT NULL,  -- GBIF's gbifID
     species_id    integer          NOT NULL,
     point_source  text             NOT NULL CHECK (point_source IN ('record', 'geocoded')),
     region_id     text COLLATE "C" NOT NULL,
     method        text             NOT NULL CHECK (method IN ('within', 'nearest')),
-    distance_m    double precision NOT NULL  -- 0 within; metres on the WGS84 spheroid when nearest
+    distance_m    double precision NOT NULL,  -- 0 within; metres on the WGS84 spheroid when nearest
+    PRIMARY KEY (species_id, id)
 );
-CREATE INDEX ON {table} (species_id);

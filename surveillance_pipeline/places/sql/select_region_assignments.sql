@@ -25,7 +25,7 @@ within AS MATERIALIZED (
            coalesce(o.geom, g.geom) AS geom,
            coalesce(wr.region_id, wg.region_id) AS region_id
     FROM {occurrences} AS o
-    LEFT JOIN {geocoded} AS g ON g.id = o.id AND g.status = 'found'
+    LEFT JOIN {geocoded} AS g ON g.species_id = o.species_id AND g.id = o.id AND g.status = 'found'
     LEFT JOIN within_record AS wr ON wr.id = o.id
     -- Geocoded points are few (and not in {occurrences}' index): each is tested on its own.
     LEFT JOIN LATERAL (
