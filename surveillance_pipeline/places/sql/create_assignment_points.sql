@@ -10,5 +10,5 @@ CREATE TEMPORARY TABLE assignment_geocoded (
     id         bigint  PRIMARY KEY,
     species_id integer NOT NULL,
     status     text    NOT NULL,
-    geom   geometry(Point, 4326)
+    geom       geometry(Point, 4326)
 ) ON COMMIT DROP
