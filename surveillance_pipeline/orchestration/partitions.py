@@ -27,7 +27,7 @@ def species_asset(**asset_arguments: Any) -> Callable[..., dg.AssetsDefinition]:
         return dg.asset(
             partitions_def=species_partitions,
             backfill_policy=species_backfill_policy(),
-            op_tags=step_priority_tags(compute.__name__),
+            op_tags=step_priority_tags(asset_arguments.get("name") or compute.__name__),
             **asset_arguments,
         )(compute)
 
