@@ -43,6 +43,7 @@ from surveillance_pipeline.gbif.rules import (
     whole_number_text_problem,
     year_text_problem,
 )
+from surveillance_pipeline.gbif.zip_inflate import open_inflated
 
 DWCA = "DWCA"
 SIMPLE_CSV = "SIMPLE_CSV"
@@ -360,13 +361,16 @@ def open_member(info: DownloadInfo) -> Iterator[IO[bytes]]:
     archive = _open_zip(info.path)
     with archive:
         try:
-            member = archive.open(info.layout.member)
+            entry = archive.getinfo(info.layout.member)
         except KeyError:
             raise InputError(
                 info.path, info.layout.member, None, "the file meta.xml names is not in the zip"
             ) from None
-        with member:
-            yield member
+        # ISA-L's inflate when the member is plainly deflated (GBIF's are): the same bytes, checked the
+        # same way, in less than half zipfile's CPU (zip_inflate says how much).
+        inflated = open_inflated(info.path, entry)
+        with inflated if inflated is not None else archive.open(entry) as member:
+            yield cast(IO[bytes], member)  # both are binary streams read with read(n)
 
 
 def read_records(info: DownloadInfo) -> Iterator[DownloadRecord]:
