@@ -20,9 +20,12 @@ import hashlib
 import io
 import itertools
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
+
+from isal import igzip, isal_zlib
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.partition_files import staging_file
@@ -211,6 +214,23 @@ def copy_records(source: Path, target: Path, expected_sha256: str) -> str:
     return digest.hexdigest()
 
 
+# What reading a damaged records file raises: a cut or bad gzip stream, corrupt deflate data (ISA-L's
+# error, and zlib's), bytes that are not UTF-8.
+RECORDS_READ_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    EOFError,
+    UnicodeDecodeError,
+    cast(type[Exception], isal_zlib.error),
+    zlib.error,
+)
+
+
+def open_records_stream(fileobj: io.RawIOBase) -> IO[bytes]:
+    """A records file's lines as bytes, inflated by ISA-L: the bytes gzip gives, in less than half its
+    CPU (0.32 s against 0.72-0.82 s for the 71 files of a 1M-record download)."""
+    return cast(IO[bytes], igzip.GzipFile(fileobj=fileobj, mode="rb"))
+
+
 def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterator[str]:
     """The lines of a records file (without their ``\\n``), streamed; at the end, the file's sha256 must
     be ``expected_sha256`` (what the raw snapshot recorded), else StaleInputError: the file was replaced
@@ -223,11 +243,11 @@ def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterato
     with handle:
         hashing = HashingReader(handle, digest)
         try:
-            with gzip.GzipFile(fileobj=hashing, mode="rb") as unzipped:
+            with open_records_stream(hashing) as unzipped:
                 text = io.TextIOWrapper(unzipped, encoding="utf-8", newline="\n")
                 for line in text:
                     yield line[:-1] if line.endswith("\n") else line
-        except (OSError, EOFError, UnicodeDecodeError) as error:
+        except RECORDS_READ_ERRORS as error:
             raise InputError(path, "file", None, f"not a readable records file: {error}") from None
         # Whatever gzip did not need to read still belongs to the file's bytes.
         while block := handle.read(GZIP_BLOCK):

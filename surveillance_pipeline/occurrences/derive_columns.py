@@ -15,7 +15,6 @@ value. Dagster-free.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.gbif.download_columns import joined_lines
 from surveillance_pipeline.gbif.licenses import normalize_license
-from surveillance_pipeline.gbif.records import RECORD_COLUMNS, HashingReader, unescape
+from surveillance_pipeline.gbif.records import (
+    RECORD_COLUMNS,
+    RECORDS_READ_ERRORS,
+    HashingReader,
+    open_records_stream,
+    unescape,
+)
 from surveillance_pipeline.gbif.registry import TAXON_KEY_FIELDS, Species
 from surveillance_pipeline.gbif.rules import COORDINATE_TERMS, YEAR_RANGE, ZERO_COORDINATE
 
@@ -65,7 +70,7 @@ def derived_blocks(
     with handle:
         hashing = HashingReader(handle, digest)
         try:
-            with gzip.GzipFile(fileobj=hashing, mode="rb") as unzipped:
+            with open_records_stream(hashing) as unzipped:
                 reader = pa_csv.open_csv(
                     unzipped,
                     read_options=pa_csv.ReadOptions(
@@ -89,7 +94,9 @@ def derived_blocks(
                     previous = last
                     rows += batch.num_rows
                     yield block
-        except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError, ValueError) as error:
+        except RECORDS_READ_ERRORS as error:
+            raise ColumnarUnavailable(str(error)) from None
+        except (pa.ArrowException, ValueError) as error:
             raise ColumnarUnavailable(str(error)) from None
         while data := handle.read(READ_BYTES):
             digest.update(data)

@@ -235,6 +235,29 @@ def test_a_records_file_has_the_same_bytes_written_by_lines_or_by_blocks(tmp_pat
     assert by_lines == by_blocks == RECORDS_FILE_SHA256
 
 
+# Damage near the start breaks the deflate stream itself (zlib's "invalid distance"); in the middle, the
+# stream still inflates and its CRC fails.
+@pytest.mark.parametrize("damage_at", [0.0, 0.5])
+def test_a_records_file_reads_back_its_lines_and_a_damaged_one_is_an_input_error_naming_it(
+    tmp_path, damage_at
+):
+    lines = [f"{key}\tHUMAN_OBSERVATION\tAU\tline {key} {'x' * (key % 97)}\n" for key in range(1, 30_000)]
+    path = tmp_path / "part.tsv.gz"
+    with RecordsWriter(path) as writer:
+        writer.write_lines(lines)
+        sha256 = writer.commit()
+    assert [line + "\n" for line in iter_record_lines(path, sha256)] == lines
+    data = bytearray(path.read_bytes())
+    at = max(100, int(len(data) * damage_at))
+    data[at : at + 64] = bytes(64)
+    damaged = tmp_path / "damaged.tsv.gz"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(InputError) as caught:
+        list(iter_record_lines(damaged))
+    assert caught.value.path == str(damaged)
+    assert "not a readable records file" in str(caught.value)
+
+
 @pytest.mark.parametrize(("sort_bytes", "sample_every"), [(200, 1), (200, 32), (600, 2)])
 def test_a_part_sorts_by_id_alike_in_memory_and_split_by_id_ranges(
     tmp_path, monkeypatch, sort_bytes, sample_every
