@@ -1,6 +1,7 @@
 """md5-capped samples: the rule, PostGIS against Python, per-species refresh, and membership drift."""
 
 import csv
+import random
 
 import dagster as dg
 import pytest
@@ -40,6 +41,14 @@ PLATYPUS = "ornithorhynchus-anatinus"
 def test_pick_sample_orders_by_md5_of_the_id_text_then_id(ids, cap, expected):
     assert md5_text(11) < md5_text(12) < md5_text(13) < md5_text(10)
     assert pick_sample(ids, cap) == expected
+
+
+def test_pick_sample_is_the_sort_by_md5_text_then_id_on_many_ids():
+    # The pick compares raw digests; the rule is written over their hex text. Seeded ids of every length.
+    rng = random.Random(23)
+    ids = [rng.randrange(1, 10 ** rng.randrange(1, 19)) for _ in range(20_000)]
+    expected = sorted(set(ids), key=lambda i: (md5_text(i), i))[:500]
+    assert [i for i, _ in pick_sample(sorted(set(ids)), 500)] == expected
 
 
 def test_summary_matches_postgres_string_agg_format():
