@@ -203,14 +203,16 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
     parts.append(pc.binary_join_element_wise(values["issue"], empty, "\n"))
     if len(parts) != len(RECORD_COLUMNS):
         raise AssertionError("records columns and the columnar reader disagree")
-    # A NUL byte and a backslash are looked for once in the joined lines rather than column by column
-    # (17 scans each: a third of this function's time). Every kept column is in the line, and only text
-    # can hold a backslash (gbifID, the whole numbers and the coordinates passed their patterns above), so
-    # escaping the line escapes exactly the text, as the records file wants.
+    # A NUL byte and a backslash are looked for once in the joined lines' bytes rather than column by
+    # column (17 scans each: a third of this function's time), and not string by string (_bytes_found).
+    # Every kept column is in the line, and only text can hold a backslash (gbifID, the whole numbers and
+    # the coordinates passed their patterns above), so escaping the line escapes exactly the text, as the
+    # records file wants.
     lines = pc.binary_join_element_wise(*parts, "\t")
-    if pc.any(pc.match_substring(lines, "\x00")).as_py():
+    nul, backslash = _bytes_found(lines, (0, ord("\\")))
+    if nul:
         raise ColumnarUnavailable("NUL byte")
-    if pc.any(pc.match_substring(lines, "\\")).as_py():
+    if backslash:
         lines = pc.replace_substring(lines, "\\", "\\\\")
     return ColumnBatch(
         keys=keys,
@@ -223,6 +225,19 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
         counts=counts,
         licenses=licenses,
     )
+
+
+def _bytes_found(lines: pa.Array, wanted: tuple[int, ...]) -> list[bool]:
+    """Whether any of ``lines`` holds each byte of ``wanted``, from one look at their joined bytes.
+
+    pc.match_substring looked string by string: two scans took 0.97 of the 2.4 s of CPU the checks spent
+    on a 600,000-record download. The lines' bytes are one buffer, compared here as a whole.
+    """
+    if lines.null_count:
+        raise ValueError("a null line")
+    [block] = line_blocks(lines, [len(lines)])
+    data = np.frombuffer(block, dtype=np.uint8)
+    return [bool(np.any(data == byte)) for byte in wanted]
 
 
 def _require(check: pa.Scalar, term: str) -> None:
