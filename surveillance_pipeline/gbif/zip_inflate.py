@@ -24,8 +24,9 @@ from pathlib import Path
 
 from isal import isal_zlib
 
-# Compressed bytes read from the zip at once.
-READ_COMPRESSED = 1 << 20
+# Compressed bytes read from the zip at once. Large enough that one read of the CSV reader's 4 MB blocks
+# is mostly one inflate (1 MB gave two, joined, for most blocks: 0.16 s of copying at 600,000 records).
+READ_COMPRESSED = 4 << 20
 # A zip's local file header: signature, then fixed fields up to the name's and the extra field's lengths.
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
