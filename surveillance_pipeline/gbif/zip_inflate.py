@@ -2,7 +2,7 @@
 
 GBIF's downloads are zips of one large deflated core file (777 MB inside 118 MB at 600,000 records, some
 13 GB at 10M). Python's ``zipfile`` inflates it with zlib and takes a CRC-32 of every byte: 1.45 + 0.24 s
-of one core at 600,000 records, about half the download index's single pass. ISA-L (the ``isal`` package,
+of one core at 600,000 records, a third of the download index's single pass. ISA-L (the ``isal`` package,
 Intel's Intelligent Storage Acceleration Library) inflates the same deflate stream in 0.65 s and takes
 the CRC in 0.07 s, and the CPU it frees is the CSV parser's, on a 2-core machine.
 
