@@ -35,7 +35,9 @@ found" where a search of dagster-io/dagster's issues found no request for it):
 - The instance storage's configuration classes and event table (``PostgresStorageConfig``, ``pg_config``,
   ``SqlEventLogStorageTable``, ``ConfigurableClassData``, ``UserConfigSchema``; instance_storage.py),
   which writes a range run's planned materializations in one batch, as dagster-postgres writes
-  materializations. None found.
+  materializations, and remembers the columns of Dagster's asset_keys table instead of reflecting them
+  from the catalog at every step (by overriding ``_has_asset_key_col_on_connection``; pinned by
+  test_instance_storage). None found.
 - ``ConcurrencyClaimStatus``: the type of a pool claim, for the signature of the instance storage's
   ``claim_concurrency_slot``, which runs Dagster's own claim under one lock (instance_storage.py says
   why: simultaneous claims of a pool with limit 1 could both get its slot). None found.

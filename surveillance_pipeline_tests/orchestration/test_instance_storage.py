@@ -110,6 +110,38 @@ def test_a_run_over_71_partitions_stores_its_events_and_run_on_one_connection_ea
     }
 
 
+def test_dagsters_asset_key_columns_are_read_from_the_catalog_once_per_column(postgres_instance):
+    """Dagster asks whether its asset_keys table has a column before every step, on every batch of events
+    and for every asset status, each time reflecting the table from the server's catalog (72 times in a
+    no-change make run). A column once there stays there."""
+    config = {"postgres_url": postgres_instance.event_log_storage.postgres_url}
+    storage = PooledPostgresEventLogStorage.from_config_value(None, config)
+    reflections: list[str] = []
+
+    def note_reflection(_conn, _cursor, statement: str, *_: object) -> None:
+        if "pg_catalog.pg_attribute" in statement:
+            reflections.append(statement)
+
+    event.listen(storage._engine, "before_cursor_execute", note_reflection)
+    try:
+        for _ in range(3):
+            assert storage.has_asset_key_index_cols() and storage.can_read_asset_status_cache()
+        assert not storage.has_asset_key_col("no_such_column")
+        assert not storage.has_asset_key_col("no_such_column")
+    finally:
+        storage.dispose()
+    # One reflection per column present, and one for each question about a missing one.
+    assert len(reflections) == 2 + 2
+
+    instance_storage = postgres_instance.event_log_storage
+    assert isinstance(instance_storage, PooledPostgresEventLogStorage)
+    event.listen(instance_storage._engine, "before_cursor_execute", note_reflection)
+    _materialize_every_species(postgres_instance)
+    asked = len(reflections)
+    _materialize_every_species(postgres_instance)
+    assert len(reflections) == asked, "a second run over 71 partitions reflected asset_keys again"
+
+
 def test_a_pooled_connection_the_server_dropped_is_replaced_not_failed(
     postgres_instance, dagster_storage_url, server_url
 ):
