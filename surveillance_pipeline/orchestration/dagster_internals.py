@@ -35,9 +35,11 @@ found" where a search of dagster-io/dagster's issues found no request for it):
 - The instance storage's configuration classes and event table (``PostgresStorageConfig``, ``pg_config``,
   ``SqlEventLogStorageTable``, ``ConfigurableClassData``, ``UserConfigSchema``; instance_storage.py),
   which writes a range run's planned materializations in one batch, as dagster-postgres writes
-  materializations, and remembers the columns of Dagster's asset_keys table instead of reflecting them
-  from the catalog at every step (by overriding ``_has_asset_key_col_on_connection``; pinned by
-  test_instance_storage). None found.
+  materializations; remembers the columns of Dagster's asset_keys table instead of reflecting them from
+  the catalog at every step (by overriding ``_has_asset_key_col_on_connection``); and reads the latest
+  data version of each partition (``get_latest_tags_by_partition``, with ``AssetEventTagsTable`` and
+  ``_latest_event_ids_by_partition_subquery``) with a plan that does not scan every tag ever written.
+  Pinned by test_instance_storage. None found.
 - ``ConcurrencyClaimStatus``: the type of a pool claim, for the signature of the instance storage's
   ``claim_concurrency_slot``, which runs Dagster's own claim under one lock (instance_storage.py says
   why: simultaneous claims of a pool with limit 1 could both get its slot). None found.
@@ -94,7 +96,7 @@ from dagster._core.events import DagsterEventBatchMetadata, EngineEventData
 from dagster._core.execution.api import create_execution_plan, execute_plan_iterator, execute_run
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.schema import AssetEventTagsTable, SqlEventLogStorageTable
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
     from dagster._utils.concurrency import ConcurrencyClaimStatus
 
 __all__ = [
+    "AssetEventTagsTable",
     "EventLogEntry",
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",

@@ -41,11 +41,12 @@ from dagster_postgres import (
     PostgresScheduleStorage,
 )
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
-from sqlalchemy import text
+from sqlalchemy import select, text, true
 from sqlalchemy.engine import Connection, Engine
 
 from surveillance_pipeline.core.keys import advisory_lock_id
 from surveillance_pipeline.orchestration.dagster_internals import (
+    AssetEventTagsTable,
     ConfigurableClassData,
     EventLogEntry,
     PostgresStorageConfig,
@@ -158,6 +159,49 @@ class PooledPostgresEventLogStorage(_PooledEngine, PostgresEventLogStorage):
         if present:
             self._present_asset_key_columns.add(column_name)
         return present
+
+    def get_latest_tags_by_partition(
+        self,
+        asset_key: dg.AssetKey,
+        event_type: dg.DagsterEventType,
+        tag_keys: Sequence[str],
+        asset_partitions: Sequence[str] | None = None,
+        before_cursor: int | None = None,
+        after_cursor: int | None = None,
+    ) -> Mapping[str, Mapping[str, str]]:
+        """Each partition's latest event's tags: Dagster's own query, its tags looked up by event id.
+
+        Asked once or twice per upstream before every step of a partitioned asset (Dagster's input
+        versions, and reporting.py's lineage). Dagster joins the latest event id of each partition to
+        the tags table, and PostgreSQL, guessing some 1,300 partitions where there are 71, hashes every
+        data version tag ever written: 12-15 ms per upstream in the project's instance after a few
+        hundred runs, growing with its history. Joined laterally (``OFFSET 0`` keeps PostgreSQL from
+        undoing that), each partition's tags are one index lookup: 1.7 ms, the same rows."""
+        if not tag_keys or len(tag_keys) != len(self.get_asset_tags_to_index(set(tag_keys))):
+            # Dagster's own refusal (only indexed tags can be asked for).
+            return super().get_latest_tags_by_partition(
+                asset_key, event_type, tag_keys, asset_partitions, before_cursor, after_cursor
+            )
+        latest = self._latest_event_ids_by_partition_subquery(
+            asset_key=asset_key,
+            event_types=[event_type],
+            asset_partitions=asset_partitions,
+            before_cursor=before_cursor,
+            after_cursor=after_cursor,
+        )
+        tags = (
+            select(AssetEventTagsTable.c.key, AssetEventTagsTable.c.value)
+            .where(AssetEventTagsTable.c.event_id == latest.c.id, AssetEventTagsTable.c.key.in_(tag_keys))
+            .offset(0)
+            .lateral("latest_tags")
+        )
+        query = select(latest.c.partition, tags.c.key, tags.c.value).select_from(latest.join(tags, true()))
+        with self.index_connection() as conn:
+            rows = conn.execute(query).fetchall()
+        latest_tags: dict[str, dict[str, str]] = {}
+        for partition, key, value in rows:
+            latest_tags.setdefault(partition, {})[key] = value
+        return latest_tags
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """dagster-postgres writes a batch of materializations in one insert, but a batch of planned

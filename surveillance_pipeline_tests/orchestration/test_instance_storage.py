@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 import dagster as dg
 import psycopg
 import pytest
+from dagster_shared.check import CheckError
 from sqlalchemy import event
 
 from surveillance_pipeline.gbif.registry import partition_keys
@@ -140,6 +141,65 @@ def test_dagsters_asset_key_columns_are_read_from_the_catalog_once_per_column(po
     asked = len(reflections)
     _materialize_every_species(postgres_instance)
     assert len(reflections) == asked, "a second run over 71 partitions reflected asset_keys again"
+
+
+class VersionConfig(dg.Config):
+    version: str
+
+
+@dg.asset(partitions_def=species_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+def versioned_species(context: dg.AssetExecutionContext, config: VersionConfig):
+    yield from report_partitions(
+        context, lambda key: PartitionReport(f"{config.version}-{key}", {"action": "loaded"})
+    )
+
+
+def test_the_latest_data_version_of_each_partition_is_dagsters_answer(postgres_instance):
+    """The storage's own query for each partition's latest tags (a lateral join) answers as Dagster's."""
+    storage = postgres_instance.event_log_storage
+    assert isinstance(storage, PooledPostgresEventLogStorage)
+    keys = partition_keys()
+    for version, (first, last) in (("a", (keys[0], keys[-1])), ("b", (keys[3], keys[9]))):
+        result = dg.materialize(
+            [versioned_species],
+            instance=postgres_instance,
+            tags=partition_range_tags(first, last),
+            run_config={**QUIET_CONSOLE, "ops": {"versioned_species": {"config": {"version": version}}}},
+        )
+        assert result.success
+    ids = sorted(
+        r.storage_id for r in postgres_instance.fetch_materializations(versioned_species.key, 1000).records
+    )
+    between = ids[len(keys) - 1] + 1  # after version a's events, before b's
+    materialization = dg.DagsterEventType.ASSET_MATERIALIZATION
+    asked = [
+        {"asset_partitions": keys},
+        {"asset_partitions": keys[2:5]},
+        {"asset_partitions": ["no-such-species"]},
+        {},
+        {"before_cursor": between},
+        {"after_cursor": between - 1},
+        {"asset_partitions": keys[:6], "after_cursor": between - 1},
+    ]
+    for question in asked:
+        ours = storage.get_latest_tags_by_partition(
+            versioned_species.key, materialization, ["dagster/data_version"], **question
+        )
+        dagsters = super(PooledPostgresEventLogStorage, storage).get_latest_tags_by_partition(
+            versioned_species.key, materialization, ["dagster/data_version"], **question
+        )
+        assert ours == dagsters, question
+    latest = storage.get_latest_tags_by_partition(
+        versioned_species.key, materialization, ["dagster/data_version"]
+    )
+    assert latest[keys[3]] == {"dagster/data_version": f"b-{keys[3]}"}
+    assert latest[keys[10]] == {"dagster/data_version": f"a-{keys[10]}"}
+    before = storage.get_latest_tags_by_partition(
+        versioned_species.key, materialization, ["dagster/data_version"], before_cursor=between
+    )
+    assert before[keys[3]] == {"dagster/data_version": f"a-{keys[3]}"}
+    with pytest.raises(CheckError, match="whitelisted"):
+        storage.get_latest_tags_by_partition(versioned_species.key, materialization, ["dagster/code_version"])
 
 
 def test_a_pooled_connection_the_server_dropped_is_replaced_not_failed(
