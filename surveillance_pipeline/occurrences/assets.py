@@ -34,6 +34,7 @@ from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
+    partition_threads,
     report_partitions,
 )
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, ThreadConnections, Warehouse
@@ -188,7 +189,10 @@ def occurrences(
     rules = OccurrenceRules(licenses=tuple(config.licenses), require_coordinates=config.require_coordinates)
     # Most of a species' load is the warehouse's (its insert, indexes, fingerprint), on one core: two
     # species at once keep both busy.
-    with ThreadConnections(warehouse) as connections:
+    side_by_side = partitions_side_by_side()
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(context.partition_keys, side_by_side)
+    ) as connections:
         verifying: list[bool] = []  # read once, on the first partition's connection (threads agree)
 
         def load_partition(slug: str) -> PartitionReport:
@@ -214,4 +218,4 @@ def occurrences(
                 ),
             )
 
-        yield from report_partitions(context, load_partition, side_by_side=partitions_side_by_side())
+        yield from report_partitions(context, load_partition, side_by_side=side_by_side)

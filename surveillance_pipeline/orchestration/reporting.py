@@ -250,6 +250,12 @@ class _Isolated:
         return None
 
 
+def partition_threads(keys: list[str], side_by_side: int) -> int:
+    """The threads ``report_partitions`` computes ``keys`` on: none (the step's own thread) unless
+    ``side_by_side`` > 1 and there are partitions to share."""
+    return side_by_side if side_by_side > 1 and len(keys) > 1 else 0
+
+
 def _reports_in_order(
     isolated: _Isolated, keys: list[str], side_by_side: int
 ) -> Generator[tuple[str, PartitionReport | None], None, None]:
@@ -261,7 +267,7 @@ def _reports_in_order(
     partition and waits for the ones running: each ends in its own transaction's commit or rollback, and
     its connection is not closed under it.
     """
-    if side_by_side <= 1 or len(keys) < 2:
+    if not partition_threads(keys, side_by_side):
         for key in keys:
             yield key, isolated(key)
         return

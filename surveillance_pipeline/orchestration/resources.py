@@ -4,6 +4,7 @@ live)."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -98,18 +99,39 @@ class Warehouse(dg.ConfigurableResource):
 class ThreadConnections:
     """One warehouse connection per thread, opened on the thread's first ``get``, all closed at the end:
     for a step that computes partitions side by side (``report_partitions(side_by_side=...)``), where
-    each partition's transaction needs a connection no other thread uses meanwhile."""
+    each partition's transaction needs a connection no other thread uses meanwhile.
 
-    def __init__(self, warehouse: Warehouse):
+    ``ahead`` connections are opened at once, in the background, and handed to the first threads that ask:
+    each costs about 8 ms of authentication, which the step's threads otherwise paid one after another on
+    their first partition, while the step itself spent some 30 ms reading Dagster's versions of its
+    upstreams first (a no-change run's step takes ~0.2 s in all)."""
+
+    def __init__(self, warehouse: Warehouse, ahead: int = 0):
         self._warehouse = warehouse
         self._local = threading.local()
         self._opened: list[psycopg.Connection] = []
         self._lock = threading.Lock()
+        self._opener = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="connect") if ahead else None
+        self._ahead: list[Future[psycopg.Connection]] = (
+            [self._opener.submit(warehouse.connect) for _ in range(ahead)] if self._opener else []
+        )
+
+    @classmethod
+    def for_partitions(
+        cls, warehouse: Warehouse, threads: int, this_thread_too: bool = False
+    ) -> ThreadConnections:
+        """Connections opened ahead for a step whose partitions run on ``threads`` threads (reporting's
+        ``partition_threads``): one each, and one more when this thread asks before them; one only when
+        the partitions run on this thread (``threads`` 0)."""
+        return cls(warehouse, ahead=threads + this_thread_too if threads else 1)
 
     def get(self) -> psycopg.Connection:
         conn: psycopg.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._warehouse.connect()
+            with self._lock:
+                opening = self._ahead.pop(0) if self._ahead else None
+            # A connection opened ahead that failed raises here, as warehouse.connect() would have.
+            conn = opening.result() if opening is not None else self._warehouse.connect()
             self._local.conn = conn
             with self._lock:
                 self._opened.append(conn)
@@ -123,6 +145,13 @@ class ThreadConnections:
     ) -> None:
         with self._lock:
             opened, self._opened = self._opened, []
+            unclaimed, self._ahead = self._ahead, []
+        for opening in unclaimed:
+            # Never handed out: closed as soon as it is open; one that failed was never anyone's error.
+            if opening.exception() is None:
+                opened.append(opening.result())
+        if self._opener is not None:
+            self._opener.shutdown(wait=True)
         for conn in opened:
             conn.close()
 

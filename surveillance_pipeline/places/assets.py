@@ -13,6 +13,7 @@ from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
+    partition_threads,
     report_partitions,
 )
 from surveillance_pipeline.orchestration.resources import (
@@ -45,7 +46,10 @@ def geocoded_localities(
     called: list[str] = []  # the partitions whose calls wrote the ledger (appended from their threads)
     # Two species at once: one's ledger round trips and reads overlap the other's (the calls themselves
     # stay one at a time; a locality two species share is asked once, under its ledger lock).
-    with ThreadConnections(warehouse) as connections:
+    side_by_side = partitions_side_by_side()
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(context.partition_keys, side_by_side)
+    ) as connections:
 
         def geocode_partition(slug: str) -> PartitionReport:
             result = geocoded.refresh_geocoded_localities(
@@ -69,7 +73,7 @@ def geocoded_localities(
                 found=result.found,
             )
 
-        yield from report_partitions(context, geocode_partition, side_by_side=partitions_side_by_side())
+        yield from report_partitions(context, geocode_partition, side_by_side=side_by_side)
         if called:
             # The step's calls replaced the ledger's version after the first memos named it: name the
             # version now in each, so the next run's skips read one row, not each species' stamp. Only
@@ -122,12 +126,15 @@ def region_assignment(
     layer = regions.RegionLayer.configured(
         config.layer, config.id_property, config.name_property, default=paths.region_layer
     )
-    with warehouse.connect() as conn:
-        loaded = regions.load_regions(conn, layer, context.run.run_id)
-    layer_sha256 = loaded.parts["input"]
-    context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
     # Each species' assignment is one statement the warehouse runs on one core: two at once use both.
-    with ThreadConnections(warehouse) as connections:
+    side_by_side = partitions_side_by_side()
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(context.partition_keys, side_by_side), this_thread_too=True
+    ) as connections:
+        # The layer's load and the held keys on this thread's one connection (another costs ~8 ms).
+        loaded = regions.load_regions(connections.get(), layer, context.run.run_id)
+        layer_sha256 = loaded.parts["input"]
+        context.log.info(f"regions: {loaded.action} ({loaded.reason}), {loaded.rows} from {layer.path}")
         held = regions.held_assignment_inputs(connections.get())
 
         def assign_partition(slug: str) -> PartitionReport:
@@ -148,4 +155,4 @@ def region_assignment(
                 ),
             )
 
-        yield from report_partitions(context, assign_partition, side_by_side=partitions_side_by_side())
+        yield from report_partitions(context, assign_partition, side_by_side=side_by_side)

@@ -12,6 +12,7 @@ from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
+    partition_threads,
     report_asset,
     report_partitions,
 )
@@ -57,7 +58,10 @@ def occurrence_sample(
     context: dg.AssetExecutionContext, config: SampleConfig, warehouse: Warehouse
 ) -> PartitionEvents:
     # Each species' sample is one statement the warehouse runs on one core: two at once use both.
-    with ThreadConnections(warehouse) as connections:
+    side_by_side = partitions_side_by_side()
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(context.partition_keys, side_by_side), this_thread_too=True
+    ) as connections:
         held = held_sample_inputs(connections.get())
 
         def sample_partition(slug: str) -> PartitionReport:
@@ -74,7 +78,7 @@ def occurrence_sample(
                 left=_drift_table(drift.left),
             )
 
-        yield from report_partitions(context, sample_partition, side_by_side=partitions_side_by_side())
+        yield from report_partitions(context, sample_partition, side_by_side=side_by_side)
 
 
 DRIFT_SCHEMA = dg.TableSchema(
