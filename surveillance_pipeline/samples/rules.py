@@ -23,6 +23,8 @@ def pick_sample(ids: Iterable[int], cap: int) -> list[tuple[int, int]]:
     # (nsmallest is sorted(...)[:cap], the same ids in the same order). The key is the raw digest, which
     # orders as its hex text does (each byte's two hex digits, 0-9 before a-f, compare as the byte): a
     # tenth less time than hexdigest and a key function per id at 1M records (1.85 s against 2.05 s).
+    # md5_text's digest, inlined: a call per id would take back the time saved (0.97 s against 0.88 s for
+    # 1M ids).
     md5 = hashlib.md5
     keyed = ((md5(str(i).encode("utf-8"), usedforsecurity=False).digest(), i) for i in ids)
     ordered = [gbif_id for _, gbif_id in heapq.nsmallest(cap, keyed)]
