@@ -78,8 +78,10 @@ workers: provision ## Keep N Celery workers running for the distributed profile 
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.orchestration.workers $(or $(N),2)
 
-bench: provision ## Time load, skip, sample and run paths against their limits (BENCH_ARGS=--downloads, --only-downloads, --only-whole-run, --only-masking, --only-derive, --only-regions, --with-10m, --with-20m)
+bench: provision ## Time the paths and every asset at 1M and 5M against their limits (BENCH_ARGS=--only-at-size, --no-at-size, --with-20m, --only-distributed, --downloads, --only-whole-run, ...; python -m bench --help)
 	@mkdir -p .dagster
+	@# The distributed parts start private Redis servers of their own: only the package is needed.
+	@case "$(BENCH_ARGS)" in *distributed*) bash scripts/provision_redis.sh --install-only;; esac
 	@$(WITH_ENV) $(BIN)/python -m bench $(BENCH_ARGS)
 
 add-species: venv ## Add a species by name to the registry file SURVEILLANCE_SPECIES_FILE (make add-species NAME="Genus species" ARGS="--init")

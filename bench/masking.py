@@ -391,6 +391,17 @@ def markdown(section: dict[str, Any]) -> str:
 
 def measure_masking(server_url: str, sizes: list[int], reps: int, out: Path) -> str:
     """The section at each size; writes bench/masking.md and masking.json into ``out``; returns the table."""
+    with tempfile.TemporaryDirectory(prefix="surveillance-bench-masking-") as folder:
+        section = measure_masking_section(server_url, Path(folder), sizes, reps)
+    table = markdown(section)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "masking.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
+    (out / "masking.md").write_text(table, encoding="utf-8")
+    return table
+
+
+def measure_masking_section(server_url: str, work: Path, sizes: list[int], reps: int) -> dict[str, Any]:
+    """The section at each size, in ``work``: what ``measure_masking`` writes, and plain make bench quotes."""
     from datetime import UTC, datetime
 
     from bench.run import machine
@@ -404,14 +415,9 @@ def measure_masking(server_url: str, sizes: list[int], reps: int, out: Path) -> 
         "reps": reps,
         "load_before": [round(x, 2) for x in os.getloadavg()],
     }
-    with tempfile.TemporaryDirectory(prefix="surveillance-bench-masking-") as folder:
-        section["sizes"] = [measure_size(server_url, Path(folder), rows, reps) for rows in sorted(sizes)]
+    section["sizes"] = [measure_size(server_url, work, rows, reps) for rows in sorted(sizes)]
     section["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    table = markdown(section)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "masking.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    (out / "masking.md").write_text(table, encoding="utf-8")
-    return table
+    return section
 
 
 def main(argv: list[str] | None = None) -> int:

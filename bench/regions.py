@@ -322,14 +322,17 @@ def _differ(pair: tuple[int, int] | list[int] | None) -> str:
 
 
 def markdown(section: dict[str, Any]) -> str:
+    # Plain make bench passes its own command; --only-regions' is rebuilt from what it was asked.
+    command = section.get("command") or (
+        f"python -m bench --only-regions --region-sizes {','.join(str(s) for s in section['sizes_asked'])} "
+        f"--reps {section['reps']} --region-warmup {section['warmup']}"
+        f"{' --region-layers ' + ','.join(section['layers']) if section['layers'] else ''}"
+    )
     lines = [
         "## region_assignment vs one PostGIS statement",
         "",
         f"{section['date']}; load average before {section['load_before']}, after {section['load_after']}; "
-        f"medians of {section['reps']} alternating runs; seed {section['seed']}. Command: "
-        f"`python -m bench --only-regions --region-sizes {','.join(str(s) for s in section['sizes_asked'])} "
-        f"--reps {section['reps']} --region-warmup {section['warmup']}"
-        f"{' --region-layers ' + ','.join(section['layers']) if section['layers'] else ''}`.",
+        f"medians of {section['reps']} alternating runs; seed {section['seed']}. Command: `{command}`.",
         "",
         "Project: `refresh_region_assignment`, a real reload (DELETE, the statement, fingerprint, state "
         "row). "
