@@ -30,12 +30,13 @@ venv: $(STAMP) ## Create .venv from the lock file
 provision: venv ## Start (or install) PostgreSQL + PostGIS (and Redis, when SURVEILLANCE_PROFILE=distributed) and write .local/env.sh
 	@PYTHON=$(BIN)/python bash scripts/provision_postgis.sh
 	@if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then bash scripts/provision_redis.sh; fi
+	@# Bytecode kept beside the sources, as an install would, for every process that imports the package
+	@# (make run, its children, the workers, the bench's runs): with PYTHONDONTWRITEBYTECODE set, each one
+	@# compiled the whole package again (0.3-0.4 s of CPU). Up to date, this is a stat of each file.
+	@$(BIN)/python -m compileall -q surveillance_pipeline > /dev/null || true
 
 run: provision ## Materialize every asset on the lab data and print what was loaded or skipped
 	@mkdir -p .dagster
-	@# Bytecode kept beside the sources, as an install would: with PYTHONDONTWRITEBYTECODE set, every run
-	@# compiled the whole package again (0.3-0.4 s). Up to date, this is a stat of each file.
-	@$(BIN)/python -m compileall -q surveillance_pipeline > /dev/null || true
 	@$(WITH_ENV) broker=$${REDIS_URL:+REDIS_URL}; if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then \
 		echo "make run: profile distributed: steps go to the Celery workers through $${broker:-redis://127.0.0.1:6379/0} (make workers N=2; wait for their ready.)"; \
 	else echo "make run: profile local: every step in this process (SURVEILLANCE_PROFILE=distributed sends them to workers)"; fi

@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.commands.run import species_weights
+from surveillance_pipeline.commands.run import _ChildRuns, _ForkedWeigher, species_weights
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import forget_hashed_files, sha256_file
 from surveillance_pipeline.core.partition_files import file_stamp, read_file_stamps, write_file_stamps
@@ -496,6 +496,40 @@ def test_make_run_weighs_species_by_the_records_the_download_index_gives_them(
     searching = {**resources(database_url, data_dir), "gbif": LabGbifSource(source="api")}
     assert species_weights(assemble(searching)) is None
     assert not (data_dir / "download_index").exists()
+
+
+def test_make_run_weighs_species_in_a_forked_process_with_the_same_answer(
+    database_url, data_dir, monkeypatch, capfd
+):
+    """Under the distributed profile make run's main weighs the species in a process forked first thing,
+    beside its own start and the observation: the same weights and the same index as in its own process,
+    and the line it prints about them is printed by make run. A weigher that dies splits by count."""
+    _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
+    definitions = assemble(_download_resources(database_url, data_dir))
+    monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    with _ChildRuns() as children:
+        children.fork_ahead(1)  # a sibling forked before it, as main forks the runs' children first
+        weigher = _ForkedWeigher(children, definitions)
+        assert weigher.result() == {DEVIL: 3}
+    out = capfd.readouterr().out
+    assert "1 download(s) indexed, 3 records of 1 species, split over the workers by records" in out
+    assert "species weights:" not in out  # the child's answer is read, not printed
+    index = open_downloads(data_dir / "downloads", data_dir / "download_index", load_registry(), build=False)
+    [built] = index.indexes
+    assert built is not None and {slug: part.records for slug, part in built.parts.items()} == {DEVIL: 3}
+    # A weigher that dies before it answers: no weights, so make run splits the species by count (the
+    # species runs' gbif_raw then says what is wrong, as it does when the index refuses a download).
+    broken = _ForkedWeigher(_ChildRuns(), _Unweighable())  # type: ignore[arg-type]
+    assert broken.result() is None
+    assert "RuntimeError: no resources to weigh by" in capfd.readouterr().err
+
+
+class _Unweighable:
+    """Definitions whose resources cannot be read."""
+
+    @property
+    def resources(self) -> dict[str, object]:
+        raise RuntimeError("no resources to weigh by")
 
 
 ECHIDNA = "tachyglossus-aculeatus"  # matched by name, as the devil: neither has a taxon key in the registry
