@@ -427,30 +427,35 @@ WEIGHTS_LINE = "species weights: "
 class _ForkedWeigher:
     """``species_weights(defs)`` in a process forked by make run's main, beside its own work.
 
-    In a thread of make run's process, the downloads' index shared the interpreter with the observation's
-    run (Dagster's run loop, the events it stores) and began only once the instance was open: the species
-    runs of a 600,000-record download on 2 workers started 5.1-5.6 s after the observation did, against
-    4.0-4.4 s for the index alone. Forked first thing, it has a core's share of its own from the start.
+    In a thread of make run's process, the downloads' index began only once the instance was open and
+    shared the interpreter with the observation's run (Dagster's run loop, the events it stores): the
+    species runs of a 600,000-record download on 2 workers started 5.1-5.6 s after the observation did,
+    against 4.0-4.4 s for the index alone. Forked first thing, it starts before all of that and shares
+    no interpreter with it. With the days' run moved beside it, 2 workers took 28.0 s against 29.2 s
+    (medians of three, the two codes alternating; docs/scaling.md).
     """
 
     def __init__(self, siblings: _ChildRuns, definitions: dg.Definitions = defs) -> None:
         sys.stdout.flush()  # or the child would print what this process had not yet
         sys.stderr.flush()
+        self._weights: dict[str, int] | None = None
         self._child = _ForkedChild.fork(siblings._idle, work=lambda _: _print_weights(definitions))
         if self._child.stdin is not None:
             self._child.stdin.close()  # it reads nothing
 
     def result(self) -> dict[str, int] | None:
-        """The weights (None to split by count); the lines it printed besides, printed here."""
-        output = self._child.stdout.read() if self._child.stdout is not None else ""
-        self._child.wait()
-        weights: dict[str, int] | None = None
-        for line in output.splitlines():
-            if line.startswith(WEIGHTS_LINE):
-                weights = json.loads(line.removeprefix(WEIGHTS_LINE))
-            else:
-                print(line, flush=True)
-        return weights
+        """The weights (None to split by count); the lines it printed besides, printed here. Waits for
+        the process the first time; main calls it again on its way out, so a run that ended first (a
+        failed observation) still leaves no process behind."""
+        if self._child.returncode is None:
+            output = self._child.stdout.read() if self._child.stdout is not None else ""
+            self._child.wait()
+            for line in output.splitlines():
+                if line.startswith(WEIGHTS_LINE):
+                    self._weights = json.loads(line.removeprefix(WEIGHTS_LINE))
+                else:
+                    print(line, flush=True)
+        return self._weights
 
 
 def _print_weights(definitions: dg.Definitions) -> int:
@@ -622,7 +627,11 @@ def main() -> int:
         children.fork_ahead(partition_writers() + 1)
         weigher = _ForkedWeigher(children)
     with dg.DagsterInstance.get() as instance:
-        runs = run_all_partitions(instance, children=children, weigher=weigher)
+        try:
+            runs = run_all_partitions(instance, children=children, weigher=weigher)
+        finally:
+            if weigher is not None:
+                weigher.result()
         elapsed = time.perf_counter() - started
         run_ids = [r.run_id for r in runs]
         seconds = step_seconds(instance, run_ids)
