@@ -556,6 +556,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     refresh = at_1m["reload"].median
     naive = results["executemany"]["psycopg2"].median * at_1m["rows"] / NAIVE_ROWS
     ratios["refresh_vs_copy"] = ratio(refresh, at_1m["copy_limit"].median)
+    ratios["refresh_rows"] = at_1m["rows"]
     ratios["first_load_vs_copy"] = ratio(at_1m["first_load"].median, at_1m["copy_limit"].median)
     ratios["executemany_vs_refresh"] = ratio(naive, refresh)
     ratios["executemany_psycopg3_vs_refresh"] = ratio(
