@@ -280,8 +280,8 @@ class _ChildRuns:
 
     def __init__(self) -> None:
         self._idle: list[_Child] = []
-        # Runs launched and not yet seen to end (by ``launch`` or ``run_all``), with their launch order.
-        self._running: list[tuple[int, str, _Child]] = []
+        # Runs launched ahead of run_all (``launch``) and not yet seen to end, with their launch order.
+        self._ahead: list[tuple[int, str, _Child]] = []
         self._launched = 0
 
     def __enter__(self) -> _ChildRuns:
@@ -326,9 +326,10 @@ class _ChildRuns:
         return child
 
     def launch(self, job_name: str, tags: dict[str, str]) -> None:
-        """One run now, in a process of its own; the next ``run_all`` waits for it too, and counts it
-        among the runs at once."""
-        self._running.append((self._launched, job_name, self._launch(job_name, tags)))
+        """One run now, in a process of its own, for a run of a single short step (the days'); the next
+        ``run_all`` waits for it too, without counting it among the runs at once: in the lab, where the
+        species are weighed at once, it held a slot the second species run then waited 1.4 s for."""
+        self._ahead.append((self._launched, job_name, self._launch(job_name, tags)))
         self._launched += 1
 
     def run_all(self, batch: list[tuple[str, dict[str, str]]]) -> list[str]:
@@ -338,9 +339,10 @@ class _ChildRuns:
         before, then ``batch``'s, in that order."""
         waiting = [(self._launched + offset, entry) for offset, entry in enumerate(batch)]
         self._launched += len(batch)
-        running = self._running
+        running: list[tuple[int, str, _Child]] = []
+        ahead = self._ahead
         run_ids: dict[int, str] = {}
-        while waiting or running:
+        while waiting or running or ahead:
             while waiting and len(running) < partition_writers():
                 index, (job_name, tags) = waiting.pop(0)
                 running.append((index, job_name, self._launch(job_name, tags)))
@@ -350,10 +352,10 @@ class _ChildRuns:
             self.start_ahead(len(waiting))
             # Whichever run ends first frees its slot for the next (a child prints one line: its pipe never
             # fills while it waits here).
-            while not (ended := [entry for entry in running if entry[2].poll() is not None]):
+            while not (ended := [entry for entry in running + ahead if entry[2].poll() is not None]):
                 time.sleep(CHILD_POLL_SECONDS)
             for entry in ended:
-                running.remove(entry)
+                (running if entry in running else ahead).remove(entry)
                 index, job_name, child = entry
                 # It has exited: its stdout holds all it printed (its stdin is closed, so no communicate).
                 output = child.stdout.read() if child.stdout is not None else ""

@@ -172,3 +172,15 @@ def test_a_forked_child_whose_run_cannot_start_ends_make_run_naming_the_job(capf
         with pytest.raises(RuntimeError, match="the no_such_job run in process [0-9]+ ended with 1"):
             children.run_all([("no_such_job", {})])
     assert "DagsterInvariantViolationError" in (err := capfd.readouterr().err) and "no_such_job" in err
+
+
+def test_a_run_launched_ahead_is_waited_for_by_the_next_run_all(capfd, monkeypatch, tmp_path):
+    """make run launches the days' run ahead, beside the downloads' index, and the species runs' run_all
+    waits for it too: its failure is make run's error, even when the batch itself is empty."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # an instance of its own: the job is what fails
+    with _ChildRuns() as children:
+        children.fork_ahead(1)
+        children.launch("no_such_days_job", {})
+        with pytest.raises(RuntimeError, match="the no_such_days_job run in process [0-9]+ ended with 1"):
+            children.run_all([])
+    assert "no_such_days_job" in capfd.readouterr().err
