@@ -62,6 +62,12 @@ found" where a search of dagster-io/dagster's issues found no request for it):
   connections, its pools cold) and never disposes of it; this one keeps one per instance ref in the
   worker, as a run's process keeps one for all its steps. test_dagster_internals pins upstream's task to
   the source copied. None found upstream.
+- The local compute log manager (``LocalComputeLogManager``, ``IO_TYPE_EXTENSION``, ``ComputeIOType``,
+  ``CapturedLogContext``, ``touch_file``), subclassed by compute_logs.py: it mirrors a step's stdout and
+  stderr to the terminal with a thread instead of a ``tail -F`` and a Python watcher per stream, four
+  processes per step (dagster.yaml names the subclass). The class is ``@public`` but lives in a private
+  module, and its capture is overridden. Waits for dagster#1906 (one way to manage compute log mirroring's
+  processes); dagster#23336 (the tail can miss a step's last lines) is what the thread also avoids.
 - ``set_celery_step_poll_seconds``: dagster-celery's run loop pauses ``TICK_SECONDS`` (1 s, a module
   global) between looks at its steps, so each step of a chain waited half a second on average before its
   successor was sent; the distributed executor sets 0.2 s. None found.
@@ -95,8 +101,10 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.events import DagsterEventBatchMetadata, EngineEventData
 from dagster._core.execution.api import create_execution_plan, execute_plan_iterator, execute_run
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
 from dagster._core.storage.event_log.schema import AssetEventTagsTable, SqlEventLogStorageTable
+from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -106,6 +114,7 @@ from dagster._core.workspace.load import location_origins_from_yaml_paths
 from dagster._daemon.asset_daemon import get_auto_materialize_paused, set_auto_materialize_paused
 from dagster._grpc.types import ExecuteStepArgs
 from dagster._serdes import ConfigurableClassData, serialize_value, unpack_value
+from dagster._utils import touch_file
 from dagster._utils.error import SerializableErrorInfo
 
 if TYPE_CHECKING:
@@ -118,6 +127,9 @@ __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
     "CODE_VERSION_TAG",
+    "IO_TYPE_EXTENSION",
+    "CapturedLogContext",
+    "ComputeIOType",
     "ConcurrencyClaimStatus",
     "DATA_VERSION_IS_USER_PROVIDED_TAG",
     "DATA_VERSION_TAG",
@@ -127,6 +139,7 @@ __all__ = [
     "REPOSITORY_NAME",
     "SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD",
     "ConfigurableClassData",
+    "LocalComputeLogManager",
     "PostgresStorageConfig",
     "SerializableErrorInfo",
     "SqlEventLogStorageTable",
@@ -141,6 +154,7 @@ __all__ = [
     "pg_config",
     "show_automation_running",
     "step_execution_context",
+    "touch_file",
 ]
 
 REPOSITORY_NAME = "__repository__"

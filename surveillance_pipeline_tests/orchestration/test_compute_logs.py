@@ -1,0 +1,123 @@
+"""The project's compute log manager: a step's output in its compute log files and on the terminal, copied
+by a thread of the step's process, with no process started for it."""
+
+import io
+import json
+import os
+import subprocess  # noqa: S404  # a run in a process of its own, its output on pipes
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.orchestration.compute_logs import MirroredComputeLogManager, mirrored
+from surveillance_pipeline.orchestration.dagster_internals import LocalComputeLogManager
+from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
+from surveillance_pipeline_tests.support.dagster_dev import project_dagster_home
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+
+# What each step's process started while its output was captured (pids of its children then).
+CHILDREN_SEEN: list[list[int]] = []
+
+
+def _children() -> list[int]:
+    """This process's live children, from /proc (whatever started them)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The parent pid is the second field after the command, which is in parentheses.
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == os.getpid():
+            found.append(int(entry))
+    return found
+
+
+@dg.asset
+def talkative() -> None:
+    """Writes through Python's streams and straight to the descriptors, as C code does; its last line
+    comes right before the step ends (the line a tail could miss: dagster#23336)."""
+    CHILDREN_SEEN.append(_children())
+    print("through print", flush=True)
+    os.write(1, b"through the descriptor\n")
+    print("to stderr", file=sys.stderr, flush=True)
+    os.write(1, b"x" * 200_000 + b"\n")  # more than a pipe holds: the copy drains it as it comes
+    print("the last line", flush=True)
+
+
+def _materialize_talkative() -> None:
+    """In a process of its own (its stdout and stderr, pipes, stand for a worker's terminal): the run, then
+    its id and the children seen, as the last line."""
+    with dg.DagsterInstance.get() as instance:
+        result = dg.materialize([talkative], instance=instance, run_config=QUIET_CONSOLE)
+    print(json.dumps({"run_id": result.run_id, "success": result.success, "children": CHILDREN_SEEN}))
+
+
+def test_a_steps_output_reaches_its_compute_log_and_the_terminal_and_starts_no_process(
+    dagster_storage_url, tmp_path, monkeypatch
+):
+    for name, value in project_dagster_home(tmp_path / "home", dagster_storage_url).items():
+        monkeypatch.setenv(name, value)
+    script = f"from {__name__} import _materialize_talkative; _materialize_talkative()"
+    # The test's own module, a fixed script, no shell.
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    *terminal, last = done.stdout.splitlines()
+    outcome = json.loads(last)
+    assert outcome["success"]
+    # Dagster's own manager started a tail and a Python watcher for each stream while the step ran.
+    assert outcome["children"] == [[]]
+    # On the terminal, as before: every line, the last one too.
+    assert terminal[-4:] == ["through print", "through the descriptor", "x" * 200_000, "the last line"]
+    assert "to stderr" in done.stderr.splitlines()
+    with dg.DagsterInstance.get() as instance:
+        # The project's dagster.yaml names the mirrored manager.
+        assert isinstance(instance.compute_log_manager, MirroredComputeLogManager)
+        # The UI reads a step's output by the key its LOGS_CAPTURED event names.
+        captured = instance.all_logs(outcome["run_id"], of_type=dg.DagsterEventType.LOGS_CAPTURED)
+        keys = [entry.dagster_event.logs_captured_data.file_key for entry in captured]
+        data = [
+            instance.compute_log_manager.get_log_data([outcome["run_id"], "compute_logs", key])
+            for key in keys
+        ]
+    assert keys, "the step's output was captured"
+    stdout = b"".join(part.stdout or b"" for part in data).decode()
+    stderr = b"".join(part.stderr or b"" for part in data).decode()
+    assert stdout == f"through print\nthrough the descriptor\n{'x' * 200_000}\nthe last line\n"
+    assert stderr == "to stderr\n"
+
+
+def test_a_stream_without_a_descriptor_is_left_alone_and_its_file_still_made(tmp_path):
+    """Celery's logging proxy, in a worker that redirects its output, has no descriptor: Dagster's redirect
+    leaves it alone too."""
+    stream = io.StringIO()
+    path = tmp_path / "logs" / "step.out"
+    with mirrored(stream, str(path)):  # type: ignore[arg-type]
+        print("kept in the stream", file=stream)
+    assert stream.getvalue() == "kept in the stream\n"
+    assert path.read_bytes() == b""
+
+
+def test_the_manager_is_built_from_its_config_as_itself(tmp_path):
+    """Dagster's from_config_value builds a LocalComputeLogManager whatever the class: overridden."""
+    assert type(LocalComputeLogManager.from_config_value(None, {"base_dir": str(tmp_path)})) is (
+        LocalComputeLogManager
+    )
+    built = MirroredComputeLogManager.from_config_value(None, {"base_dir": str(tmp_path)})
+    assert type(built) is MirroredComputeLogManager
+
+
+def test_dagsters_own_manager_still_starts_processes_for_each_capture(tmp_path):
+    """Why the subclass exists (dagster#1906): when this fails, Dagster mirrors a step's output without a
+    process of its own, and MirroredComputeLogManager can go."""
+    manager = LocalComputeLogManager(str(tmp_path))
+    before = set(_children())
+    with manager.capture_logs(["run", "compute_logs", "step"]):
+        during = set(_children()) - before
+    assert len(during) >= 2  # a tail and a Python watcher per stream
