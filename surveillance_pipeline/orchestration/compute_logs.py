@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from surveillance_pipeline.core.forked import write_all
 from surveillance_pipeline.orchestration.dagster_internals import (
     IO_TYPE_EXTENSION,
     CapturedLogContext,
@@ -127,7 +128,7 @@ def _copy(read_end: int, path: str, through: int) -> None:
         while chunk := os.read(read_end, COPY_BYTES):
             for sink in list(sinks):
                 try:
-                    _write_all(sink, chunk)
+                    write_all(sink, chunk)
                 except OSError:
                     sinks.remove(sink)
                     os.close(sink)
@@ -135,9 +136,3 @@ def _copy(read_end: int, path: str, through: int) -> None:
         os.close(read_end)
         for sink in sinks:
             os.close(sink)
-
-
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(descriptor, view) :]

@@ -19,12 +19,10 @@ from surveillance_pipeline.orchestration.reporting import (
 from surveillance_pipeline.orchestration.resources import DataPaths, ThreadConnections, Warehouse
 from surveillance_pipeline.samples.engines import (
     ENGINES_CHECK,
-    duckdb_summary,
+    engine_summaries,
     engines_inputs_key,
     keep_agreement,
     kept_agreement,
-    postgis_summary,
-    python_summary,
     recorded_rules,
 )
 from surveillance_pipeline.samples.load import (
@@ -143,11 +141,7 @@ def sample_engines_agree(warehouse: Warehouse, paths: DataPaths) -> dg.AssetChec
                     "inputs": "unchanged since an earlier check: its summaries reused",
                 },
             )
-        summaries = {
-            "postgis": postgis_summary(conn),
-            "duckdb": duckdb_summary(rules),
-            "python": python_summary(rules),
-        }
+        summaries = engine_summaries(conn, rules)
     lines = {engine: summary.line() for engine, summary in summaries.items()}
     agree = len({(s.records, s.ids_md5) for s in summaries.values()}) == 1
     keep_agreement(memo_path, inputs_key, agree, lines)
