@@ -67,6 +67,9 @@ from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 DOWNLOAD_RECORDS = 600_000
+# #26's targets: the download's import with 2 workers against 1, the lab's 2 workers against local.
+TWO_OVER_ONE_TARGET = 0.65
+LAB_OVER_LOCAL_TARGET = 1.1
 # Kills of each kind (short, long), alternating: the medians are of this many.
 KILLS_PER_KIND = 3
 # Every make run's and worker's output, kept after the bench (the scratch folder is not).
@@ -341,9 +344,18 @@ def measure_download(server_url: str, work: Path, cache: Path, reps: int) -> dic
     result = measure_side_by_side(server_url, work, reps, "download", common, variants)
     result["records"] = generated.records
     medians = result["median_s"]
-    result["two_over_one"] = round(medians["w2"] / medians["w1"], 2)
+    # Three decimals: at two, 0.653 read as the target's own 0.65. Each repetition's too: the variants
+    # alternate within a repetition, and the two workers' time swung 26.7-30.0 s within one invocation.
+    result["two_over_one"] = round(medians["w2"] / medians["w1"], 3)
+    result["two_over_one_each"] = [
+        round(two / one, 3) for two, one in zip(result["seconds"]["w2"], result["seconds"]["w1"], strict=True)
+    ]
     result["two_over_local"] = round(medians["w2"] / medians["local"], 2)
     return result
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "met" if ratio <= target else "MISSED"
 
 
 def measure_lab(server_url: str, work: Path, reps: int) -> dict[str, Any]:
@@ -584,7 +596,9 @@ def markdown(section: dict[str, Any]) -> str:
                 f"{d['median_cpu_s'][key]} | {round(d['median_cpu_s'][key] / d['median_s'][key], 2)} |"
                 for key, name in (("local", "local profile"), ("w1", "1 worker"), ("w2", "2 workers"))
             ),
-            f"| 2 workers / 1 worker | {d['two_over_one']}x (target <= 0.65) | | | | |",
+            f"| 2 workers / 1 worker | {d['two_over_one']}x (target <= {TWO_OVER_ONE_TARGET}: "
+            f"{verdict(d['two_over_one'], TWO_OVER_ONE_TARGET)}; each repetition "
+            f"{d.get('two_over_one_each', '-')}) | | | | |",
             f"| 2 workers / local | {d['two_over_local']}x | | | | |",
             "",
             f"Load averages at each start: {d['loads']}",
@@ -601,7 +615,8 @@ def markdown(section: dict[str, Any]) -> str:
             f"| local profile | {lab['median_s']['local']} | {lab['seconds']['local']} | - |",
             f"| distributed, 2 workers | {lab['median_s']['w2']} | {lab['seconds']['w2']} | "
             f"{equal_text(lab, 'w2')} |",
-            f"| distributed / local | {lab['two_over_local']}x (target <= 1.1) | | |",
+            f"| distributed / local | {lab['two_over_local']}x (target <= {LAB_OVER_LOCAL_TARGET}: "
+            f"{verdict(lab['two_over_local'], LAB_OVER_LOCAL_TARGET)}) | | |",
             "",
             f"Load averages at each start: {lab['loads']}",
             "",

@@ -3,25 +3,11 @@
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from surveillance_pipeline.core.forked import ForkedWorkError, forked
-
-
-def _children() -> set[int]:
-    """This process's children, live or not yet reaped, from /proc."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == os.getpid():
-                found.add(int(entry))
-    return found
+from surveillance_pipeline_tests.support.processes import child_pids
 
 
 def _pid_and_sum(values: list[int]) -> tuple[int, int]:
@@ -63,17 +49,17 @@ def test_the_works_error_is_raised_here_with_its_class_and_text():
 
 
 def test_a_child_killed_before_its_result_is_an_error_not_a_hang():
-    before = _children()
+    before = child_pids()
     with forked(_sleep_forever) as work:
-        [child] = _children() - before
+        [child] = child_pids() - before
         os.kill(child, signal.SIGKILL)
         with pytest.raises(ForkedWorkError, match="no result"):
             work.result()
 
 
 def test_leaving_the_block_without_the_result_leaves_no_child():
-    before = _children()
+    before = child_pids()
     with pytest.raises(RuntimeError), forked(_sleep_forever):
-        assert len(_children() - before) == 1
+        assert len(child_pids() - before) == 1
         raise RuntimeError("the parent's own error")
-    assert _children() == before
+    assert child_pids() == before

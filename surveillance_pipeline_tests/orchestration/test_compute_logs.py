@@ -6,7 +6,6 @@ import json
 import os
 import subprocess  # noqa: S404  # a run in a process of its own, its output on pipes
 import sys
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -15,6 +14,7 @@ from surveillance_pipeline.orchestration.compute_logs import MirroredComputeLogM
 from surveillance_pipeline.orchestration.dagster_internals import LocalComputeLogManager
 from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
 from surveillance_pipeline_tests.support.dagster_dev import project_dagster_home
+from surveillance_pipeline_tests.support.processes import child_pids
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
@@ -22,27 +22,11 @@ pytestmark = [pytest.mark.db, pytest.mark.dagster]
 CHILDREN_SEEN: list[list[int]] = []
 
 
-def _children() -> list[int]:
-    """This process's live children, from /proc (whatever started them)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # The parent pid is the second field after the command, which is in parentheses.
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == os.getpid():
-            found.append(int(entry))
-    return found
-
-
 @dg.asset
 def talkative() -> None:
     """Writes through Python's streams and straight to the descriptors, as C code does; its last line
     comes right before the step ends (the line a tail could miss: dagster#23336)."""
-    CHILDREN_SEEN.append(_children())
+    CHILDREN_SEEN.append(sorted(child_pids()))
     print("through print", flush=True)
     os.write(1, b"through the descriptor\n")
     print("to stderr", file=sys.stderr, flush=True)
@@ -117,7 +101,7 @@ def test_dagsters_own_manager_still_starts_processes_for_each_capture(tmp_path):
     """Why the subclass exists (dagster#1906): when this fails, Dagster mirrors a step's output without a
     process of its own, and MirroredComputeLogManager can go."""
     manager = LocalComputeLogManager(str(tmp_path))
-    before = set(_children())
+    before = child_pids()
     with manager.capture_logs(["run", "compute_logs", "step"]):
-        during = set(_children()) - before
+        during = child_pids() - before
     assert len(during) >= 2  # a tail and a Python watcher per stream
