@@ -129,7 +129,8 @@ def engine_summaries(conn: psycopg.Connection, rules: list[SpeciesSampleRule]) -
     in a thread: 1.57 s against 1.63 s one after the other). So it runs in two forked processes, each over
     about half the derived bytes, while PostGIS and DuckDB run here. On 71 derived files of 600,000
     records in all (Python 1.2 s, DuckDB 0.4-0.5 s): 0.86-0.93 s for the three, against 1.58-1.65 s for
-    Python and DuckDB one after the other.
+    Python and DuckDB one after the other; on 5M records in 71 generated files, one species holding a
+    quarter of them: 5.5 s against 10.6 s (Python 8.7 s, DuckDB 1.8-2.0 s).
     """
     halves: tuple[list[SpeciesSampleRule], list[SpeciesSampleRule]] = ([], [])
     sizes = [0, 0]
