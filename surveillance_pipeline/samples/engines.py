@@ -133,12 +133,13 @@ def engine_summaries(conn: psycopg.Connection, rules: list[SpeciesSampleRule]) -
     quarter of them: 5.5 s against 10.6 s (Python 8.7 s, DuckDB 1.8-2.0 s).
     """
     halves: tuple[list[SpeciesSampleRule], list[SpeciesSampleRule]] = ([], [])
-    sizes = [0, 0]
+    loads = [0, 0]
+    sizes = {rule.species_id: _size(rule.derived_path) for rule in rules}
     # The largest files first, each to the lighter half: the halves end together whatever the skew.
-    for rule in sorted(rules, key=lambda rule: (-_size(rule.derived_path), rule.species_id)):
-        lighter = sizes.index(min(sizes))
+    for rule in sorted(rules, key=lambda rule: (-sizes[rule.species_id], rule.species_id)):
+        lighter = loads.index(min(loads))
         halves[lighter].append(rule)
-        sizes[lighter] += _size(rule.derived_path)
+        loads[lighter] += sizes[rule.species_id]
     with forked(python_picks, halves[0]) as first, forked(python_picks, halves[1]) as second:
         postgis = postgis_summary(conn)
         duckdb_found = duckdb_summary(rules)
