@@ -57,6 +57,10 @@ def profile() -> str:
     return chosen
 
 
+def is_distributed() -> bool:
+    return profile() == DISTRIBUTED_PROFILE
+
+
 def positive_int(variable: str, default: int) -> int:
     text = os.environ.get(variable, "").strip()
     if not text:

@@ -34,13 +34,12 @@ from surveillance_pipeline.core.settings import (
     DEFAULT_PARTITIONS_PER_RUN,
     DEFAULT_REDIS_URL,
     DEFAULT_STEP_VISIBILITY_TIMEOUT,
-    DISTRIBUTED_PROFILE,
     PARTITION_WRITERS_VARIABLE,
     PARTITIONS_PER_RUN_VARIABLE,
     REDIS_URL_VARIABLE,
     STEP_VISIBILITY_TIMEOUT_VARIABLE,
+    is_distributed,
     positive_int,
-    profile,
 )
 from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.dagster_internals import set_celery_step_poll_seconds
@@ -113,10 +112,6 @@ def _redis_priority(properties: dict[str, Any] | None = None, **_: Any) -> None:
     """Celery's ``before_task_publish`` receiver: the task's priority, turned over (9 - p)."""
     if properties is not None and isinstance(properties.get("priority"), int):
         properties["priority"] = MAX_PRIORITY - min(max(properties["priority"], 0), MAX_PRIORITY)
-
-
-def is_distributed() -> bool:
-    return profile() == DISTRIBUTED_PROFILE
 
 
 def in_step_worker() -> bool:

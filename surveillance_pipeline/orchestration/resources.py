@@ -11,6 +11,7 @@ from types import TracebackType
 import dagster as dg
 import psycopg
 
+from surveillance_pipeline.core.data_folder import DataFolder
 from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
@@ -157,7 +158,7 @@ class ThreadConnections:
 
 
 class DataPaths(dg.ConfigurableResource):
-    """The folder every file asset writes under (raw, derived, deliveries, batches, downloads, exports)."""
+    """The data folder every file asset writes under, by its root; its layout is core/data_folder.py's."""
 
     root: str
     # The region layer region_assignment reads when its config names none: definitions binds the lab's
@@ -169,51 +170,45 @@ class DataPaths(dg.ConfigurableResource):
         # (gbif_downloads also takes the warehouse, for verify_targets alone; setting it up opens none).
         refuse_other_settings(context)
 
+    def folder(self) -> DataFolder:
+        """The folder's layout (core/data_folder.py, where each path below is documented)."""
+        return DataFolder(Path(self.root))
+
     def raw(self, slug: str) -> Path:
-        return Path(self.root) / "raw" / f"{slug}.json"
+        return self.folder().raw(slug)
 
     def derived(self, slug: str) -> Path:
-        return Path(self.root) / "derived" / f"{slug}.csv"
+        return self.folder().derived(slug)
 
     def deliveries(self, slug: str) -> Path:
-        return Path(self.root) / "deliveries" / slug
+        return self.folder().deliveries(slug)
 
     def batches(self) -> Path:
-        return Path(self.root) / "batches"
+        return self.folder().batches()
 
     def downloads(self) -> Path:
-        """Where a user drops GBIF download zips (DwC-A or simple CSV)."""
-        return Path(self.root) / "downloads"
+        return self.folder().downloads()
 
     def download_stamps(self) -> Path:
-        """``data/memos/gbif_downloads/zips.stamps.json``: each zip's stamp with its sha256, so an
-        unchanged download is not read again to learn its sha256 (gbif.download_index.open_downloads)."""
-        return self.stamps("gbif_downloads", "zips")
+        return self.folder().download_stamps()
 
     def download_index(self) -> Path:
-        """What each download version holds per species (gbif.download_index), built by gbif_raw."""
-        return Path(self.root) / "download_index"
+        return self.folder().download_index()
 
     def exports(self, name: str) -> Path:
-        return Path(self.root) / "exports" / name
+        return self.folder().exports(name)
 
     def figures(self, asset: str) -> Path:
-        """``data/figures/<asset>/``: the pictures an asset shows in the UI (never an input)."""
-        return Path(self.root) / "figures" / asset
+        return self.folder().figures(asset)
 
     def memo(self, asset: str, partition_key: str) -> Path:
-        """``data/memos/<asset>/<partition>.json``: what an asset keeps to decide a skip cheaply (never an
-        input: a missing or stale memo costs time, not a row)."""
-        return Path(self.root) / "memos" / asset / f"{partition_key}.json"
+        return self.folder().memo(asset, partition_key)
 
     def stamps(self, asset: str, partition_key: str) -> Path:
-        """``data/memos/<asset>/<partition>.stamps.json``: the stamps of the files a skip of the partition
-        checks, with their sha256s (core.partition_files.sha256_file_stamped)."""
-        return self.memo(asset, f"{partition_key}.stamps")
+        return self.folder().stamps(asset, partition_key)
 
     def partition(self, asset: str, partition_key: str) -> Path:
-        """``data/<asset>/<partition>/``: a partition's files, replaced whole (core.partition_files)."""
-        return Path(self.root) / asset / partition_key
+        return self.folder().partition(asset, partition_key)
 
 
 class GbifAccount(dg.ConfigurableResource):
