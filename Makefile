@@ -40,7 +40,7 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 	@$(WITH_ENV) broker=$${REDIS_URL:+REDIS_URL}; if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then \
 		echo "make run: profile distributed: steps go to the Celery workers through $${broker:-redis://127.0.0.1:6379/0} (make workers N=2; wait for their ready.)"; \
 	else echo "make run: profile local: every step in this process (SURVEILLANCE_PROFILE=distributed sends them to workers)"; fi
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.run
+	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.make_run
 
 plan: provision ## What the next make run would load, and why (reads only; like terraform plan)
 	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.plan
@@ -50,7 +50,7 @@ verify: provision ## Check every table target's partitions against the fingerpri
 
 repair: provision ## make run, comparing every skipped partition's rows with its fingerprint (after make verify)
 	@mkdir -p .dagster
-	@$(WITH_ENV) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.commands.run
+	@$(WITH_ENV) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.commands.make_run
 
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh

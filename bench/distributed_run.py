@@ -2,7 +2,7 @@
 
 1. **A download's import, 1 worker vs 2.** A generated 600,000-record GBIF download (bench/gbif_download.py,
    cached in ``--download-cache``) in the data folder's downloads/, ``GBIF_SOURCE=download``, imported by
-   ``make run``'s own command (``python -m surveillance_pipeline.commands.run``: every asset, its species
+   ``make run``'s own command (``python -m surveillance_pipeline.commands.make_run``: every asset, its species
    runs split over the workers) with one worker and with two, and in the local profile for reference. The
    variants alternate within each repetition, each from an empty warehouse and a data folder holding only
    downloads/; each is timed from start to exit.
@@ -169,7 +169,7 @@ class Place:
         started, cpu_started = time.monotonic(), busy_cpu_seconds()
         with (logs / f"{label}.log").open("wb") as sink:
             completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
-                [sys.executable, "-m", "surveillance_pipeline.commands.run"],
+                [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
                 cwd=PROJECT_ROOT,
                 env=self.env,
                 stdout=sink,
@@ -489,7 +489,7 @@ def measure_kills(server_url: str, work: Path, kinds: list[str]) -> dict[str, An
                 log(f"kills: round {number + 1}/{len(kinds)}, a {kind} step")
                 with (logs / f"{label}.log").open("wb") as sink:
                     run = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
-                        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
+                        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
                         cwd=PROJECT_ROOT,
                         env=dist.env,
                         stdout=sink,

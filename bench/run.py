@@ -382,7 +382,7 @@ def measure_lab_run(server_url: str, work: Path, reps: int) -> dict[str, Any]:
             DATABASE_URL_VARIABLE: warehouse_url,
             "SURVEILLANCE_DATA_DIR": str(work / "lab-data"),
         }
-        lab_run = [python, "-m", "surveillance_pipeline.commands.run"]
+        lab_run = [python, "-m", "surveillance_pipeline.commands.make_run"]
         log("lab run: first run on empty scratch databases")
         first = repeat(1, lambda: run_process(lab_run, environment))
         outputs: list[str] = []

@@ -2,7 +2,7 @@
 
 At each size (default 1M records) the cached GBIF-shaped DwC-A (bench/gbif_download.py ``cached_dwca``) is
 placed in a fresh data folder's downloads/, and make run's own entry point (``python -m
-surveillance_pipeline.commands.run``, with ``GBIF_SOURCE=download``) runs in a scratch warehouse and a
+surveillance_pipeline.commands.make_run``, with ``GBIF_SOURCE=download``) runs in a scratch warehouse and a
 scratch Dagster storage twice: the first run, then the same run with nothing changed. Each run's peak RSS
 is sampled over its whole process group (every ~0.2 s, the sum of the group's RSS, and the largest single
 process), and make run's own table gives each asset's seconds; in the no-change run every partition skips,
@@ -217,7 +217,7 @@ def measure_size(
         scratch_database(server_url, f"dagster_bench_whole_{pid}", postgis=False) as storage_url,
     ):
         environment = download_environment(work / "whole-home", storage_url, warehouse_url, data)
-        make_run = [python, "-m", "surveillance_pipeline.commands.run"]
+        make_run = [python, "-m", "surveillance_pipeline.commands.make_run"]
         log(f"whole run {records:,}: the import's limit (unzip, DuckDB, psql \\copy)")
         result["limit"] = measure_limit(warehouse_url, generated, work, logs, reps, rss_cap_kb)
         log(f"whole run {records:,}: first make run")

@@ -29,6 +29,11 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.commands import exit_process
+from surveillance_pipeline.commands.species_weights import (
+    ForkedWeights,
+    WeighingPlan,
+    weigh_species,
+)
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import (
@@ -37,10 +42,10 @@ from surveillance_pipeline.core.settings import (
     DATABASE_URL_VARIABLE,
     PROJECT_ROOT,
     data_dir,
+    is_distributed,
 )
 from surveillance_pipeline.definitions import defs, table_targets
-from surveillance_pipeline.gbif.download_index import open_downloads
-from surveillance_pipeline.gbif.registry import load_registry, partition_keys
+from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
@@ -51,7 +56,6 @@ from surveillance_pipeline.orchestration.dagster_internals import (
     job_op_names,
 )
 from surveillance_pipeline.orchestration.distributed import (
-    is_distributed,
     partition_writers,
     side_by_side_ranges,
 )
@@ -126,54 +130,33 @@ def batch_days_run(instance: dg.DagsterInstance, root: Path) -> tuple[str, dict[
     return (BATCH_DAYS_JOB, partition_range_tags(days[0], days[-1]))
 
 
-def species_weights(definitions: dg.Definitions) -> dict[str, int] | None:
-    """Records per species that gbif_raw will read, so make run can split species by work under the
-    distributed profile; None otherwise (locally, or searching GBIF's API, which says how many only when
-    asked: the split is then by count).
-
-    The lab's come from the registry: each species' ``lab_records``. Split by count, the lab's first 36
-    species held 11,281 of its 26,391 records and the other run 15,110, and finished 4.4 s later.
-
-    The downloads' index is built here when it is missing: the same index, built the same way under the
-    same lock, that gbif_raw builds and then finds (each version once). A download the index refuses is
-    left to gbif_raw, which fails naming its file, line and field; the split is then by count.
-    """
+def weighing_plan(definitions: dg.Definitions) -> WeighingPlan | None:
+    """What make run weighs the species by under the distributed profile, from the definitions'
+    resources; None when it splits them by count (locally, where one run takes every species)."""
     resources = definitions.resources or {}
     gbif, paths, warehouse = resources.get("gbif"), resources.get("paths"), resources.get("warehouse")
     if not is_distributed() or not isinstance(gbif, GbifSource) or not isinstance(paths, DataPaths):
         return None
-    trust_stamps = not (isinstance(warehouse, Warehouse) and warehouse.verify_targets)
-    started = time.perf_counter()
-    try:
-        if gbif.reads_lab():
-            lab = {species.slug: species.lab_records for species in load_registry()}
-            print(
-                f"make run: the lab's {sum(lab.values())} records of {len(lab)} species, split over the "
-                "workers by records",
-                flush=True,
-            )
-            return lab
-        if not gbif.reads_downloads():
-            return None
-        folder = open_downloads(
-            paths.downloads(),
-            paths.download_index(),
-            load_registry(),
-            build=True,
-            stamps=paths.download_stamps() if trust_stamps else None,
-        )
-    except (InputError, OSError, ValueError):
-        return None  # gbif_raw's step says what is wrong (a bad GBIF_SOURCE, a bad download, a full disk)
-    weights: Counter[str] = Counter()
-    for index in folder.indexes:
-        for slug, part in (index.parts if index is not None else {}).items():
-            weights[slug] += part.records
-    print(
-        f"make run: {len(folder.downloads)} download(s) indexed, {sum(weights.values())} records of "
-        f"{len(weights)} species, split over the workers by records ({time.perf_counter() - started:.1f} s)",
-        flush=True,
-    )
-    return dict(weights)
+    verify = isinstance(warehouse, Warehouse) and warehouse.verify_targets
+    return WeighingPlan(source=gbif.source, folder=paths.folder(), trust_stamps=not verify)
+
+
+def species_weights(definitions: dg.Definitions) -> dict[str, int] | None:
+    """Records per species, so make run can split species by work under the distributed profile
+    (species_weights.weigh_species); None to split them by count."""
+    plan = weighing_plan(definitions)
+    return None if plan is None else weigh_species(plan)
+
+
+def chosen_weigher(plan: WeighingPlan | None, early: ForkedWeights | None) -> ForkedWeights | None:
+    """The weigher that weighs by ``plan`` (the definitions'): ``early`` when it does, else a new one;
+    None when there is nothing to weigh. An early weigher with another plan (settings other than the
+    code location's) is ended unheard."""
+    if early is not None and early.plan == plan:
+        return early
+    if early is not None:
+        early.abandon()
+    return ForkedWeights(plan) if plan is not None else None
 
 
 def run_all_partitions(
@@ -181,7 +164,7 @@ def run_all_partitions(
     definitions: dg.Definitions = defs,
     root: Path | None = None,
     children: _ChildRuns | None = None,
-    weigher: _ForkedWeigher | None = None,
+    weigher: ForkedWeights | None = None,
 ) -> list[dg.DagsterRun]:
     """The runs of ``run_plan``, as runs of the code location's jobs; stops after the first that fails.
 
@@ -423,46 +406,6 @@ class _ForkedChild:
 
 
 _Child = subprocess.Popen[str] | _ForkedChild
-WEIGHTS_LINE = "species weights: "
-
-
-class _ForkedWeigher:
-    """``species_weights(defs)`` in a process forked by make run's main, beside its own work.
-
-    In a thread of make run's process, the downloads' index began only once the instance was open and
-    shared the interpreter with the observation's run (Dagster's run loop, the events it stores): the
-    species runs of a 600,000-record download on 2 workers started 5.1-5.6 s after the observation did,
-    against 4.0-4.4 s for the index alone. Forked first thing, it starts before all of that and shares
-    no interpreter with it. With the days' run moved beside it, 2 workers took 28.0 s against 29.2 s
-    (medians of three, the two codes alternating; docs/scaling.md).
-    """
-
-    def __init__(self, siblings: _ChildRuns, definitions: dg.Definitions = defs) -> None:
-        sys.stdout.flush()  # or the child would print what this process had not yet
-        sys.stderr.flush()
-        self._weights: dict[str, int] | None = None
-        self._child = _ForkedChild.fork(siblings._idle, work=lambda _: _print_weights(definitions))
-        if self._child.stdin is not None:
-            self._child.stdin.close()  # it reads nothing
-
-    def result(self) -> dict[str, int] | None:
-        """The weights (None to split by count); the lines it printed besides, printed here. Waits for
-        the process the first time; main calls it again on its way out, so a run that ended first (a
-        failed observation) still leaves no process behind."""
-        if self._child.returncode is None:
-            output = self._child.stdout.read() if self._child.stdout is not None else ""
-            self._child.wait()
-            for line in output.splitlines():
-                if line.startswith(WEIGHTS_LINE):
-                    self._weights = json.loads(line.removeprefix(WEIGHTS_LINE))
-                else:
-                    print(line, flush=True)
-        return self._weights
-
-
-def _print_weights(definitions: dg.Definitions) -> int:
-    print(WEIGHTS_LINE + json.dumps(species_weights(definitions)), flush=True)
-    return 0
 
 
 def _one_run(runs: TextIO) -> int:
@@ -619,15 +562,16 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
     return lines
 
 
-def main() -> int:
-    started = time.perf_counter()
+def main(early: ForkedWeights | None = None, started: float | None = None) -> int:
+    """make run. ``early``: the species being weighed since before this module's imports (make_run.py),
+    used when its plan is the definitions'; ``started``: when make run's process began."""
+    started = time.perf_counter() if started is None else started
     children = _ChildRuns()
-    weigher: _ForkedWeigher | None = None
+    # Before the instance opens a connection or the index a thread: the process that weighs the species
+    # (first, so it holds none of the other children's pipes), then the species runs and the days' run.
+    weigher = chosen_weigher(weighing_plan(defs), early)
     if is_distributed():
-        # Before the instance opens a connection or the index a thread: the species runs and the days' run,
-        # and the process that weighs the species (it builds the downloads' index).
         children.fork_ahead(partition_writers() + 1)
-        weigher = _ForkedWeigher(children)
     with dg.DagsterInstance.get() as instance:
         try:
             runs = run_all_partitions(instance, children=children, weigher=weigher)

@@ -27,7 +27,7 @@ def _make_run(tmp_path, dagster_storage_url, database_url, data_dir, extra_env):
         **extra_env,
     }
     return subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
+        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,

@@ -14,12 +14,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.commands.run import _ChildRuns, _ForkedWeigher, species_weights
+from surveillance_pipeline.commands.run import _ChildRuns, chosen_weigher, species_weights, weighing_plan
+from surveillance_pipeline.commands.species_weights import ForkedWeights, plan_from_settings
+from surveillance_pipeline.core.data_folder import DataFolder
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import forget_hashed_files, sha256_file
 from surveillance_pipeline.core.partition_files import file_stamp, read_file_stamps, write_file_stamps
 from surveillance_pipeline.core.refresh import ensure_state_tables
-from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.definitions import assemble, live_resources
 from surveillance_pipeline.gbif.download_index import DownloadIndex, ensure_index, open_downloads
 from surveillance_pipeline.gbif.downloads import (
     DWCA,
@@ -42,6 +44,7 @@ from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.assets import gbif_downloads
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
+from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
 from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
@@ -499,37 +502,49 @@ def test_make_run_weighs_species_by_the_records_the_download_index_gives_them(
 
 
 def test_make_run_weighs_species_in_a_forked_process_with_the_same_answer(
-    database_url, data_dir, monkeypatch, capfd
+    database_url, data_dir, monkeypatch, capfd, tmp_path
 ):
-    """Under the distributed profile make run's main weighs the species in a process forked first thing,
-    beside its own start and the observation: the same weights and the same index as in its own process,
-    and the line it prints about them is printed by make run. A weigher that dies splits by count."""
+    """Under the distributed profile make run's first process weighs the species in a process it forks
+    before it imports Dagster (make_run.py), by a plan read from the settings: the plan the definitions'
+    resources give, so the same weights and the same index as in make run's own process, and the line
+    about them is printed. A weigher that dies splits by count."""
     _write_dwca(data_dir / "downloads" / "0001234-261129000000000.zip", DEVIL_ROWS)
-    definitions = assemble(_download_resources(database_url, data_dir))
     monkeypatch.setenv("SURVEILLANCE_PROFILE", "distributed")
+    monkeypatch.setenv("SURVEILLANCE_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("GBIF_SOURCE", "download")
+    # live_resources, as the code location builds them from this environment.
+    definitions = assemble(live_resources())
+    plan = plan_from_settings(run_settings.resolve())
+    assert plan == weighing_plan(definitions)
     with _ChildRuns() as children:
-        children.fork_ahead(1)  # a sibling forked before it, as main forks the runs' children first
-        weigher = _ForkedWeigher(children, definitions)
+        weigher = ForkedWeights(plan)
+        children.fork_ahead(1)  # forked after it, as main forks the runs' children
         assert weigher.result() == {DEVIL: 3}
-    out = capfd.readouterr().out
-    assert "1 download(s) indexed, 3 records of 1 species, split over the workers by records" in out
-    assert "species weights:" not in out  # the child's answer is read, not printed
+        assert weigher.result() == {DEVIL: 3}  # main asks again on its way out
+    assert "1 download(s) indexed, 3 records of 1 species, split over the workers by records" in (
+        capfd.readouterr().out
+    )
     index = open_downloads(data_dir / "downloads", data_dir / "download_index", load_registry(), build=False)
     [built] = index.indexes
     assert built is not None and {slug: part.records for slug, part in built.parts.items()} == {DEVIL: 3}
+    # make repair reads every zip again: its plan does not trust the stamps, as its definitions do not.
+    monkeypatch.setenv("SURVEILLANCE_VERIFY_TARGETS", "1")
+    repairing = plan_from_settings(run_settings.resolve())
+    assert not repairing.trust_stamps and repairing == weighing_plan(assemble(live_resources()))
+    # An early weigher is kept when it weighs by the definitions' plan; one started by other settings is
+    # ended unheard, and the species are weighed again by the definitions' plan.
+    assert chosen_weigher(plan, early := ForkedWeights(plan)) is early
+    assert early.result() == {DEVIL: 3}
+    elsewhere = ForkedWeights(dataclasses.replace(plan, folder=DataFolder(tmp_path / "elsewhere")))
+    again = chosen_weigher(plan, elsewhere)
+    assert again is not None and again is not elsewhere and again.result() == {DEVIL: 3}
+    assert elsewhere.result() is None  # ended, not heard
+    assert chosen_weigher(None, ForkedWeights(plan)) is None  # locally nothing is weighed
     # A weigher that dies before it answers: no weights, so make run splits the species by count (the
     # species runs' gbif_raw then says what is wrong, as it does when the index refuses a download).
-    broken = _ForkedWeigher(_ChildRuns(), _Unweighable())  # type: ignore[arg-type]
+    broken = ForkedWeights(dataclasses.replace(plan, folder=None))  # type: ignore[arg-type]
     assert broken.result() is None
-    assert "RuntimeError: no resources to weigh by" in capfd.readouterr().err
-
-
-class _Unweighable:
-    """Definitions whose resources cannot be read."""
-
-    @property
-    def resources(self) -> dict[str, object]:
-        raise RuntimeError("no resources to weigh by")
+    assert "make run: the species were not weighed (AttributeError:" in capfd.readouterr().err
 
 
 ECHIDNA = "tachyglossus-aculeatus"  # matched by name, as the devil: neither has a taxon key in the registry

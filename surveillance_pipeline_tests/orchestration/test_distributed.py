@@ -133,7 +133,7 @@ def _run_tags(server: DagsterDev, run_id: str) -> dict[str, str]:
 def _make_run(env: dict[str, str]) -> None:
     """make run's own command, in one process (the local profile), on the same registry."""
     completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
+        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,

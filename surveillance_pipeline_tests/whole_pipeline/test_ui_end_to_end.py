@@ -198,7 +198,7 @@ def _data_versions(instance, asset):
 def _make_run(server):
     """`make run`'s own command, on the server's instance, warehouse and GBIF; its summary table."""
     done = subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.run"],
+        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
         cwd=PROJECT_ROOT,
         env=server.env,
         capture_output=True,
