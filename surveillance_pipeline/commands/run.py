@@ -1,4 +1,5 @@
-"""``make run``: materialize every asset on the lab data, then summarize what each asset did.
+"""``make run``: materialize every asset on the lab data, then summarize what each asset did. (Its entry is
+make_run.py, which under the distributed profile starts weighing the species before this module's imports.)
 
 First the source assets are observed (so the loads record the versions the sensors will see), then one run
 per partitioning, each over all its partitions (not one process per partition): the 71 species, the days
@@ -19,7 +20,7 @@ import sys
 import time
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
@@ -361,10 +362,10 @@ class _ForkedChild:
         self.returncode: int | None = None
 
     @classmethod
-    def fork(cls, siblings: Iterable[_Child], work: Callable[[TextIO], int] | None = None) -> _ForkedChild:
-        """A child forked now, doing ``work`` (default: the run that comes on its stdin) with its stdin;
-        ``siblings``, the children forked before it, whose pipes it must not hold: a sibling whose run
-        pipe another child still holds open never sees its end."""
+    def fork(cls, siblings: Iterable[_Child]) -> _ForkedChild:
+        """A child forked now, executing the run that comes on its stdin; ``siblings``, the children
+        forked before it, whose pipes it must not hold: a sibling whose run pipe another child still holds
+        open never sees its end."""
         run_read, run_write = os.pipe()
         out_read, out_write = os.pipe()
         pid = os.fork()
@@ -380,7 +381,7 @@ class _ForkedChild:
                 os.dup2(out_write, sys.stdout.fileno())  # as a spawned child's, its standard output is a pipe
                 os.close(out_write)
                 with os.fdopen(run_read, encoding="utf-8") as runs:
-                    code = (work or _one_run)(runs)
+                    code = _one_run(runs)
             except BaseException:  # noqa: BLE001  # whatever ends the run, the child ends with it
                 traceback.print_exc()
             finally:
