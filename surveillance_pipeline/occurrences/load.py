@@ -18,6 +18,7 @@ from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, faul
 from surveillance_pipeline.core.fingerprints import Fingerprint, partition_fingerprint, watch_table
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
 from surveillance_pipeline.core.refresh import (
+    LOADED,
     RefreshOutcome,
     last_recorded_output,
     refresh_partition,
@@ -45,6 +46,8 @@ OCCURRENCES = Target(
     table_per_partition=True,
 )
 COPY_BLOCK = 1 << 20
+# pg_stat_force_next_flush() (request_statistics_flush.sql) came with PostgreSQL 15.
+STATISTICS_FLUSH_SINCE = 150000
 
 
 def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
@@ -56,10 +59,14 @@ def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
     """
     return {
         "occurrences": sql.Identifier(OCCURRENCES.name),
-        "partition": sql.Identifier(f"{OCCURRENCES.name}_{species_id}"),
+        "partition": sql.Identifier(partition_table_name(species_id)),
         "fresh": sql.Identifier(fresh_table_name(species_id, job_key)),
         "species_id": sql.Literal(int(species_id)),
     }
+
+
+def partition_table_name(species_id: int) -> str:
+    return f"{OCCURRENCES.name}_{int(species_id)}"
 
 
 def fresh_table_name(species_id: int, job_key: str) -> str:
@@ -198,12 +205,14 @@ def load_occurrences(
         if fingerprint.rows != cursor.rowcount:
             raise RuntimeError(f"{fresh}: {fingerprint.rows} rows counted, {cursor.rowcount} inserted")
         watch_table(connection, OCCURRENCES, fresh)
+        if connection.info.server_version >= STATISTICS_FLUSH_SINCE:
+            connection.execute(load_sql(PACKAGE, "request_statistics_flush"))
         connection.execute(load_sql(PACKAGE, "swap_occurrences_partition").format(**names))
         # The species' previous rows are dropped in this transaction now: a crash here must leave them.
         fault_point(AFTER_DELETE, connection)
         return fingerprint
 
-    return refresh_partition(
+    outcome = refresh_partition(
         conn,
         target=OCCURRENCES,
         partition_key=species.slug,
@@ -212,3 +221,23 @@ def load_occurrences(
         run_id=run_id,
         partition_value=species.species_id,
     )
+    if outcome.action == LOADED:
+        analyze_partition(conn, species.species_id)
+    return outcome
+
+
+def analyze_partition(conn: psycopg.Connection, species_id: int) -> None:
+    """The species' partition analyzed once its load has committed (inside the caller's transaction, when
+    the load ran in one).
+
+    Analyzed inside the load's transaction, before its commit added the load's rows to the counts
+    autovacuum reads, every partition was analyzed twice: autovacuum analyzed each again at its next
+    visit. After a first make run of a 600,000-record download that was 1.5 of the 1.8 CPU seconds
+    autovacuum spent (0.2 once analyzed here), on 2 cores that the run, or the next, was using.
+    """
+    with conn.transaction():
+        conn.execute(
+            load_sql(PACKAGE, "analyze_occurrences_partition").format(
+                partition=sql.Identifier(partition_table_name(species_id))
+            )
+        )

@@ -340,6 +340,26 @@ def test_loads_of_two_species_run_side_by_side_and_a_rebuild_waits_for_both(db, 
     assert counts == {devil.species_id: 2, thylacine.species_id: 2}
 
 
+def test_a_loaded_partition_is_analyzed_once_leaving_autovacuum_nothing_to_analyze(db, database_url):
+    """The load's rows counted before its partition is analyzed: a partition analyzed inside the load's
+    transaction read, once the commit had counted its rows, as changed since its analyze, and autovacuum
+    analyzed it again."""
+    devil = species_by_slug(DEVIL)
+    ensure_state_tables(db)
+    outcome = load.load_occurrences(
+        db, species=devil, derived=SMALL_CSV, rules=load.OccurrenceRules(), run_id="r0"
+    )
+    assert outcome.action == "loaded"
+    db.execute("SELECT pg_stat_force_next_flush()")  # whatever the loading backend still holds, counted now
+    with psycopg.connect(database_url, autocommit=True) as reader:
+        counted = reader.execute(
+            "SELECT n_live_tup, n_mod_since_analyze, analyze_count FROM pg_stat_user_tables"
+            " WHERE relname = %s",
+            [load.partition_table_name(devil.species_id)],
+        ).fetchone()
+    assert counted == (2, 0, 1)
+
+
 def test_a_derived_file_by_path_has_the_key_of_its_bytes_and_skips_by_checksum(db, tmp_path):
     devil = species_by_slug(DEVIL)
     path = tmp_path / "devil.csv"
