@@ -66,7 +66,11 @@ def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
 
 
 def partition_table_name(species_id: int) -> str:
-    return f"{OCCURRENCES.name}_{int(species_id)}"
+    """The species' partition of ``occurrences``, by the target's own rule (``Target.partition_table``)."""
+    table = OCCURRENCES.partition_table(OCCURRENCES.partition_ref(species_id))
+    if table is None:  # table_per_partition is set above; a target without it has no such table
+        raise ValueError(f"{OCCURRENCES.name} keeps no table per partition")
+    return table
 
 
 def fresh_table_name(species_id: int, job_key: str) -> str:
