@@ -50,6 +50,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "add_provenance_worker"),
     Migration(8, "watch_targets"),
     Migration(9, "version_geocode_ledger"),
+    Migration(10, "note_truncate_of_one_partition"),
 )
 
 

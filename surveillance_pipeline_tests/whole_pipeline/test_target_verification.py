@@ -139,13 +139,15 @@ def warehouse(db, database_url, postgres_instance, tmp_path) -> LoadedWarehouse:
 
 
 def test_edits_of_every_kind_the_watch_notes_are_repaired_byte_identical(warehouse: LoadedWarehouse) -> None:
-    first, second, third = SPECIES[0], SPECIES[1], SPECIES[2]
+    first, second, third, fourth = SPECIES[0], SPECIES[1], SPECIES[2], SPECIES[3]
     geocoded = warehouse.conn.execute(
         "SELECT species_id FROM geocoded_localities GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1"
     ).fetchone()
     assert geocoded is not None
     geocoded_slug = next(s for s in SPECIES if warehouse.species_id(s) == geocoded[0])
-    first_id, second_id, third_id = (warehouse.species_id(s) for s in (first, second, third))
+    first_id, second_id, third_id, fourth_id = (
+        warehouse.species_id(s) for s in (first, second, third, fourth)
+    )
     warehouse.edit(
         # psql UPDATE of one value
         "UPDATE occurrences SET year = 1800 WHERE id = "
@@ -158,8 +160,9 @@ def test_edits_of_every_kind_the_watch_notes_are_repaired_byte_identical(warehou
         f"UPDATE occurrences_{third_id} SET license = NULL "
         f"WHERE id = (SELECT max(id) FROM occurrences_{third_id})",
         "UPDATE regions SET name = upper(name)",
-        # TRUNCATE
+        # TRUNCATE of a whole table, and of one species' own partition table (that species alone)
         "TRUNCATE occurrence_sample",
+        f"TRUNCATE occurrences_{fourth_id}",
     )
     # COPY of extra rows
     with psycopg.connect(warehouse.url, autocommit=True) as user:
@@ -171,6 +174,7 @@ def test_edits_of_every_kind_the_watch_notes_are_repaired_byte_identical(warehou
     edited = {
         ("occurrences", first),
         ("occurrences", third),
+        ("occurrences", fourth),
         ("region_assignment", second),
         ("geocoded_localities", geocoded_slug),
         ("regions", "all"),
@@ -190,6 +194,7 @@ def test_edits_of_every_kind_the_watch_notes_are_repaired_byte_identical(warehou
     assert reloaded[("occurrences", first)] == f"{EDITED_OUTSIDE} (UPDATE)"
     assert reloaded[("region_assignment", second)] == f"{EDITED_OUTSIDE} (DELETE)"
     assert reloaded[("occurrence_sample", first)] == f"{EDITED_OUTSIDE} (TRUNCATE)"
+    assert reloaded[("occurrences", fourth)] == f"{EDITED_OUTSIDE} (TRUNCATE)"
     assert reloaded[("devil_snapshot", "all")] == f"{EDITED_OUTSIDE} (INSERT)"
     warehouse.assert_untouched()
     assert all(passed for passed, _ in check_results(warehouse.defs, warehouse.instance).values())
