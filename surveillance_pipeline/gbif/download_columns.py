@@ -4,7 +4,8 @@ GBIF writes its own downloads without quoting (tab-separated, ``fieldsEnclosedBy
 file is read here in blocks by pyarrow's streaming CSV reader, which parses only the columns we keep and
 does it in C++ on every core: about ten times faster than splitting each line in Python. Each batch is
 checked as a whole against the same rules as the row reader in ``downloads`` (gbifID, whole numbers,
-coordinates, licenses), and turned into records-file lines without a Python loop per record.
+coordinates and other decimals, licenses), and turned into the records-file lines the row reader writes,
+byte for byte, without a Python loop per record.
 
 Whatever this reader does not take (a quoted file, another encoding, a row of another width) or any
 value that fails a check raises ``ColumnarUnavailable``: the caller then reads the download with the row
@@ -23,9 +24,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from surveillance_pipeline.core.lazy_modules import LazyModule
-from surveillance_pipeline.gbif.downloads import ABSENT, DownloadInfo, TableLayout, open_member
+from surveillance_pipeline.gbif.downloads import (
+    ABSENT,
+    COUNT_PATTERN,
+    COUNT_TERM,
+    DownloadInfo,
+    TableLayout,
+    open_member,
+)
 from surveillance_pipeline.gbif.licenses import normalize_license
-from surveillance_pipeline.gbif.records import COORDINATE_TERMS, INTEGER_TERMS, RECORD_COLUMNS, TEXT_TERMS
+from surveillance_pipeline.gbif.records import (
+    COORDINATE_TERMS,
+    DECIMAL_TERMS,
+    INTEGER_TERMS,
+    RECORD_COLUMNS,
+    TEXT_TERMS,
+)
 from surveillance_pipeline.gbif.rules import (
     DECIMAL_PATTERN,
     GBIF_ID_PATTERN,
@@ -49,18 +63,35 @@ BLOCK_BYTES = 4 << 20
 # Blocks checked at once (read_column_batches); one more waits, parsed, for a thread: some 3 blocks of
 # parsed columns held.
 CHECK_THREADS = 2
-# What a kept column may hold, beyond the empty string: the row reader's rules (gbif/rules.py), matched
-# over a whole column. A value one refuses, the other refuses too; it is the row reader that names it.
+# What a kept column may hold, beyond the empty string: the row reader's rules (gbif/rules.py, and the
+# count's in downloads), matched over a whole column. A value one refuses, the other refuses too; it is
+# the row reader that names it.
 _GBIF_ID = anchored(GBIF_ID_PATTERN)
 _PATTERNS = {
+    **{term: anchored(WHOLE_NUMBER_PATTERN) for term in INTEGER_TERMS},
     "year": anchored(YEAR_PATTERN),
-    **{term: anchored(WHOLE_NUMBER_PATTERN) for term in INTEGER_TERMS if term != "year"},
+    COUNT_TERM: anchored(COUNT_PATTERN),
 }
 _DECIMAL = anchored(DECIMAL_PATTERN)
 _ZERO_ISSUE = r"(^|;)\s*ZERO_COORDINATE\s*(;|$)"
-_COLUMN_TERMS = ("gbifID", *TEXT_TERMS, *INTEGER_TERMS, *(term for term, _ in COORDINATE_TERMS), "issue")
-# Text is trimmed; numbers are checked as they stand, as the row reader checks them.
-_TRIMMED = frozenset((*TEXT_TERMS, "issue"))
+_COLUMN_TERMS = (
+    "gbifID",
+    *TEXT_TERMS,
+    *INTEGER_TERMS,
+    *(term for term, _ in COORDINATE_TERMS),
+    *DECIMAL_TERMS,
+    "issue",
+)
+# Trimmed as the row reader trims them: text and the quality numbers; the others are checked as they stand.
+_TRIMMED = frozenset((*TEXT_TERMS, COUNT_TERM, *DECIMAL_TERMS, "issue"))
+# A whole number the pattern takes that int() writes otherwise: a leading zero ("007", "-0").
+_NOT_AS_INT_WRITES = r"^-?0[0-9]|^-0$"
+# A decimal already written as repr(float(text)) writes it: fixed notation in repr's range (1e-4 up to
+# 1e16), no trailing zero but the one of ".0", and at most 16 characters, so at most 15 digits. No other
+# text of 15 digits or fewer reads as the same double (DBL_DIG), so no shorter one round-trips: repr
+# gives these digits, in this notation. GBIF rounds coordinates to 5 decimals: nearly all are of this form.
+_AS_REPR_WRITES = anchored(r"-?(?:[1-9][0-9]*\.(?:0|[0-9]*[1-9])|0\.(?:0|0{0,3}[1-9](?:[0-9]*[1-9])?))")
+_AS_REPR_LENGTH = 16
 
 
 class ColumnarUnavailable(Exception):
@@ -166,11 +197,15 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
     keys = pc.cast(gbif_id, pa.int64())  # raises ArrowInvalid past int64: the row reader names it
     _require(pc.all(pc.greater(keys, 0)), "gbifID")
     integers = {}
+    texts: dict[str, pa.Array] = {}
     for term in INTEGER_TERMS:
         column = values[term]
         filled = pc.not_equal(column, "")
         _require(pc.all(pc.or_(pc.invert(filled), pc.match_substring_regex(column, _PATTERNS[term]))), term)
         integers[term] = pc.cast(pc.if_else(filled, column, pa.scalar(None, pa.string())), pa.int64())
+        texts[term] = column
+        if pc.any(pc.match_substring_regex(column, _NOT_AS_INT_WRITES)).as_py():
+            texts[term] = pc.if_else(filled, pc.cast(integers[term], pa.string()), "")
     # Both coordinates or neither, as coordinate_texts_problem says.
     latitude_filled, longitude_filled = (pc.not_equal(values[term], "") for term, _ in COORDINATE_TERMS)
     _require(pc.all(pc.equal(latitude_filled, longitude_filled)), "decimalLatitude")
@@ -183,6 +218,14 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
         # The pattern keeps every number finite; the range is coordinate_problem's.
         _require(pc.all(pc.fill_null(pc.less_equal(pc.abs(number), limit), True)), term)
         numbers[term] = number
+        texts[term] = _as_repr_writes(column, filled)
+    for term in DECIMAL_TERMS:
+        column = values[term]
+        filled = pc.not_equal(column, "")
+        _require(pc.all(pc.or_(pc.invert(filled), pc.match_substring_regex(column, _DECIMAL))), term)
+        number = pc.cast(pc.if_else(filled, column, pa.scalar(None, pa.string())), pa.float64())
+        _require(pc.all(pc.fill_null(pc.greater_equal(number, 0.0), True)), term)
+        texts[term] = _as_repr_writes(column, filled)
     licenses = _licenses(values["license"])
     latitude, longitude = numbers["decimalLatitude"], numbers["decimalLongitude"]
     at_origin = pc.fill_null(pc.and_(pc.equal(latitude, 0.0), pc.equal(longitude, 0.0)), False)
@@ -197,8 +240,9 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
     # The records file's columns, in order.
     parts = [values["gbifID"]]
     parts += [values[term] for term in TEXT_TERMS]
-    parts += [values[term] for term in INTEGER_TERMS]
-    parts += [values[term] for term, _ in COORDINATE_TERMS]
+    parts += [texts[term] for term in INTEGER_TERMS]
+    parts += [texts[term] for term, _ in COORDINATE_TERMS]
+    parts += [texts[term] for term in DECIMAL_TERMS]
     # The last column with the line's end, so that the lines need no pass of their own to get it.
     parts.append(pc.binary_join_element_wise(values["issue"], empty, "\n"))
     if len(parts) != len(RECORD_COLUMNS):
@@ -206,7 +250,7 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
     # A NUL byte and a backslash are looked for once in the joined lines' bytes rather than column by
     # column (17 scans each: a third of this function's time), and not string by string (_bytes_found).
     # Every kept column is in the line, and only text can hold a backslash (gbifID, the whole numbers and
-    # the coordinates passed their patterns above), so escaping the line escapes exactly the text, as the
+    # the decimals passed their patterns above), so escaping the line escapes exactly the text, as the
     # records file wants.
     lines = pc.binary_join_element_wise(*parts, "\t")
     nul, backslash = _bytes_found(lines, (0, ord("\\")))
@@ -225,6 +269,25 @@ def _checked_batch(batch: pa.RecordBatch, positions: dict[str, str], layout: Tab
         counts=counts,
         licenses=licenses,
     )
+
+
+def _as_repr_writes(column: pa.Array, filled: pa.Array) -> pa.Array:
+    """Each filled decimal text of ``column`` as the row reader writes it, ``repr(float(text))``; the
+    empty ones stay empty. Texts already in that form are kept; the others (a whole number, a trailing
+    zero, Java's "1.0E-4") are written by Python itself, once per distinct text, so the two readers' lines
+    agree byte for byte without a Python call per record."""
+    kept = pc.or_(
+        pc.invert(filled),
+        pc.and_(
+            pc.match_substring_regex(column, _AS_REPR_WRITES),
+            pc.less_equal(pc.utf8_length(column), _AS_REPR_LENGTH),
+        ),
+    )
+    if pc.all(kept).as_py():
+        return column
+    distinct = pc.unique(pc.filter(column, pc.invert(kept)))
+    written = pa.array([repr(float(text)) for text in distinct.to_pylist()], pa.string())
+    return pc.if_else(kept, column, pc.take(written, pc.index_in(column, value_set=distinct)))
 
 
 def _bytes_found(lines: pa.Array, wanted: tuple[int, ...]) -> list[bool]:

@@ -152,6 +152,9 @@ def load_index(info: DownloadInfo, root: Path, registry: Sequence[Species]) -> D
         return None  # a damaged index is rebuilt, never trusted
     if document.get("format") != INDEX_FORMAT or document.get("sha256") != info.sha256:
         return None
+    # The folder's name changes with RECORDS_FORMAT; parts of other columns are never read, whatever it says.
+    if document.get("columns") != list(RECORD_COLUMNS):
+        return None
     parts = {
         slug: SpeciesPart(int(part["records"]), str(part["sha256"]), folder / f"{slug}.tsv.gz")
         for slug, part in document["species"].items()

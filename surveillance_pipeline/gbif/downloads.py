@@ -34,9 +34,10 @@ from typing import IO, Any, cast
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sha256_hex
 from surveillance_pipeline.gbif.licenses import normalize_license
-from surveillance_pipeline.gbif.records import INTEGER_TERMS, TEXT_TERMS, escape
+from surveillance_pipeline.gbif.records import DECIMAL_TERMS, INTEGER_TERMS, TEXT_TERMS, escape
 from surveillance_pipeline.gbif.rules import (
     COORDINATE_TERMS,
+    DECIMAL_PATTERN,
     coordinate_texts_problem,
     gbif_id_text_problem,
     published_at_zero,
@@ -454,9 +455,38 @@ def _no_nul(path: Path, text: Iterable[str], member: str) -> Iterator[str]:
         yield line
 
 
-_KEPT = ("gbifID", *TEXT_TERMS, *INTEGER_TERMS, *(term for term, _ in COORDINATE_TERMS), "issue")
-# Text is trimmed; numbers are checked as they stand, by the rules every other reader applies.
-_TRIMMED = frozenset((*TEXT_TERMS, "issue"))
+_KEPT = (
+    "gbifID",
+    *TEXT_TERMS,
+    *INTEGER_TERMS,
+    *(term for term, _ in COORDINATE_TERMS),
+    *DECIMAL_TERMS,
+    "issue",
+)
+# A count of individuals: a whole number, no sign, within bigint.
+COUNT_TERM = "individualCount"
+COUNT_PATTERN = r"[0-9]{1,18}"
+# Text is trimmed, and so are the quality numbers (a space around a count or an uncertainty is no reason to
+# refuse a download); the ids, years and coordinates, which decide where a record goes, are checked as they
+# stand, by the rules every other reader applies.
+_TRIMMED = frozenset((*TEXT_TERMS, COUNT_TERM, *DECIMAL_TERMS, "issue"))
+_COUNT_TEXT = re.compile(COUNT_PATTERN)
+_DECIMAL_TEXT = re.compile(DECIMAL_PATTERN)
+
+
+def count_text_problem(text: str) -> str | None:
+    """An optional count written as text: empty, or a whole number of at least 0."""
+    if not text or _COUNT_TEXT.fullmatch(text):
+        return None
+    return f"expected a whole number >= 0, got {text[:40]!r}"
+
+
+def measure_text_problem(text: str) -> str | None:
+    """An optional decimal of ``DECIMAL_TERMS`` written as text: empty, or a number of at least 0, in the
+    notation Python and PostgreSQL read alike (which keeps it finite)."""
+    if not text or (_DECIMAL_TEXT.fullmatch(text) and float(text) >= 0):
+        return None
+    return f"expected a decimal number >= 0, got {text[:40]!r}"
 
 
 @dataclass(frozen=True)
@@ -513,9 +543,12 @@ def _checked(
     for term in INTEGER_TERMS:
         value = values[term]
         # The year's range is derive's to check: it refuses the species holding the record, not the download.
-        problem = (
-            year_text_problem(value, in_range=False) if term == "year" else whole_number_text_problem(value)
-        )
+        if term == "year":
+            problem = year_text_problem(value, in_range=False)
+        elif term == COUNT_TERM:
+            problem = count_text_problem(value)
+        else:
+            problem = whole_number_text_problem(value)
         if problem:
             raise fail(term, problem)
         integers.append(int(value) if value else None)
@@ -529,6 +562,12 @@ def _checked(
         number = float(value) if value else None
         numbers.append(number)
         fields.append("" if number is None else repr(number))
+    for term in DECIMAL_TERMS:
+        value = values[term]
+        problem = measure_text_problem(value)
+        if problem:
+            raise fail(term, problem)
+        fields.append(repr(float(value)) if value else "")
     issues = sorted(issue.strip() for issue in values["issue"].split(";") if issue.strip())
     fields.append(";".join(escape(issue) for issue in issues))
     license_name: str | None = None

@@ -7,9 +7,10 @@ gbifID, written with fixed gzip settings (no name, no time, one compression leve
 give the same bytes. Readers stream it and check its sha256 against the one the header recorded.
 
 Values are the text the download held, already checked (the reader in ``downloads`` refuses bad ones);
-coordinates are written in Python's shortest round-trip form of the float they parse to, so a record
-read back is exactly the occurrence-search record a JSON snapshot would hold. Tabs, newlines and
-backslashes inside a value (possible in a quoted DwC-A) are escaped as ``\\t``, ``\\n``, ``\\r``, ``\\\\``.
+whole numbers are written as ``int`` writes them, coordinates and the other decimals in Python's shortest
+round-trip form of the float they parse to, so a record read back is exactly the occurrence-search record
+a JSON snapshot would hold. Tabs, newlines and backslashes inside a value (possible in a quoted DwC-A) are
+escaped as ``\\t``, ``\\n``, ``\\r``, ``\\\\``.
 Dagster-free.
 """
 
@@ -32,12 +33,16 @@ from surveillance_pipeline.core.partition_files import staging_file
 from surveillance_pipeline.gbif.rules import COORDINATE_TERMS
 
 # The occurrence-search fields a record keeps, by type. Everything else in a download is left out: derive
-# and geocoded_localities read only these.
+# and geocoded_localities read the place, time, taxon and license; the quality terms (establishmentMeans,
+# institutionCode, individualCount, the coordinates' uncertainty and precision) are kept so that a record
+# from a download can be judged fit for use as one from a search answer can.
 TEXT_TERMS = (
     "basisOfRecord",
     "countryCode",
     "datasetKey",
+    "establishmentMeans",
     "eventDate",
+    "institutionCode",
     "license",
     "locality",
     "occurrenceStatus",
@@ -46,9 +51,22 @@ TEXT_TERMS = (
     "stateProvince",
     "taxonRank",
 )
-INTEGER_TERMS = ("year", "taxonKey", "speciesKey", "acceptedTaxonKey")
-RECORD_COLUMNS = ("key", *TEXT_TERMS, *INTEGER_TERMS, *(name for name, _ in COORDINATE_TERMS), "issues")
-RECORDS_FORMAT = 1
+INTEGER_TERMS = ("year", "taxonKey", "speciesKey", "acceptedTaxonKey", "individualCount")
+# Decimals other than the coordinates: in meters, and in degrees (GBIF's JSON gives both as floats).
+DECIMAL_TERMS = ("coordinatePrecision", "coordinateUncertaintyInMeters")
+RECORD_COLUMNS = (
+    "key",
+    *TEXT_TERMS,
+    *INTEGER_TERMS,
+    *(name for name, _ in COORDINATE_TERMS),
+    *DECIMAL_TERMS,
+    "issues",
+)
+# Bump when the columns or the way a value is written change: the download index's version includes it,
+# so every index (and the records files copied from it) is built again, and a raw snapshot's header naming
+# other columns is refused (raw_snapshots) rather than read by the wrong positions.
+# 2: establishmentMeans, institutionCode, individualCount and DECIMAL_TERMS.
+RECORDS_FORMAT = 2
 # Level 1: a records file is written once per download version and read by derive; a stronger level
 # would cost several times the time for a third less disk.
 GZIP_LEVEL = 1
@@ -100,7 +118,7 @@ def record_from_fields(fields: list[str]) -> dict[str, Any]:
         if value := fields[position]:
             record[term] = int(value)
         position += 1
-    for term, _ in COORDINATE_TERMS:
+    for term in (*(name for name, _ in COORDINATE_TERMS), *DECIMAL_TERMS):
         if value := fields[position]:
             record[term] = float(value)
         position += 1

@@ -24,11 +24,16 @@ from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif import download_index
 from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable, read_column_batches
-from surveillance_pipeline.gbif.download_index import ensure_index, open_downloads
+from surveillance_pipeline.gbif.download_index import ensure_index, load_index, open_downloads
 from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
-from surveillance_pipeline.gbif.records import RecordsWriter, iter_record_lines, record_from_fields
+from surveillance_pipeline.gbif.records import (
+    RECORD_COLUMNS,
+    RecordsWriter,
+    iter_record_lines,
+    record_from_fields,
+)
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.occurrences.derive import derive_to_file
@@ -110,14 +115,14 @@ def _member(name: str) -> zipfile.ZipInfo:
     return info
 
 
-def write_download(path: Path, rows, metadata: str | None = None) -> Path:
+def write_download(path: Path, rows, metadata: str | None = None, terms: tuple[str, ...] = TERMS) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(_member("meta.xml"), meta_xml(TERMS))
+        archive.writestr(_member("meta.xml"), meta_xml(terms))
         if metadata is not None:
             archive.writestr(_member("metadata.xml"), metadata)
         with archive.open(_member("occurrence.txt"), "w", force_zip64=True) as member:
-            member.write(("\t".join(TERMS) + "\n").encode())
+            member.write(("\t".join(terms) + "\n").encode())
             for row in rows:
                 member.write(row.encode())
     return path
@@ -326,6 +331,238 @@ def test_both_readers_escape_a_backslash_alike_and_refuse_a_nul_byte(tmp_path, m
     with pytest.raises(InputError) as refused:
         ensure_index(describe_download(path), tmp_path / "nul", [DEVIL_SPECIES])
     assert (refused.value.path, refused.value.where) == (str(path), "occurrence.txt line 3")
+
+
+# The quality terms a records file keeps, after the columns of TERMS (and the two taxon keys TERMS lacks).
+QUALITY = (
+    "establishmentMeans",
+    "institutionCode",
+    "individualCount",
+    "coordinateUncertaintyInMeters",
+    "coordinatePrecision",
+)
+QUALITY_TERMS = (*TERMS, "speciesKey", "acceptedTaxonKey", *QUALITY)
+
+
+def quality_row(
+    gbif_id: int,
+    latitude: str = "-42.5",
+    species_key: str = "",
+    accepted_key: str = "",
+    **quality: str,
+) -> str:
+    """A devil_row with the columns QUALITY_TERMS adds; ``quality``: their values by term (else empty)."""
+    added = [species_key, accepted_key, *(quality.pop(term, "") for term in QUALITY)]
+    assert not quality, quality
+    return devil_row(gbif_id, latitude=latitude).rstrip("\n") + "\t" + "\t".join(added) + "\n"
+
+
+def _lines_by_reader(path: Path) -> tuple[dict[int, str], dict[int, str]]:
+    """Every records-file line of the download by gbifID, from the row reader and from the columnar one
+    (which must take the file: it raises ColumnarUnavailable otherwise)."""
+    info = describe_download(path)
+    rows = {record.key: record.text for record in read_records(info)}
+    columns: dict[int, str] = {}
+    for batch in read_column_batches(info):
+        columns.update(zip(batch.keys.to_pylist(), batch.lines.to_pylist(), strict=True))
+    return rows, columns
+
+
+def _quality(line: str) -> dict[str, object]:
+    record = record_from_fields(line.rstrip("\n").split("\t"))
+    return {term: record[term] for term in QUALITY if term in record}
+
+
+def test_both_readers_write_the_quality_terms_alike_and_decimals_in_their_shortest_form(
+    tmp_path, monkeypatch
+):
+    rows = [
+        quality_row(
+            1,
+            establishmentMeans="INTRODUCED",
+            institutionCode="TMAG",
+            individualCount="3",
+            coordinateUncertaintyInMeters="30.0",
+            coordinatePrecision="0.0001",
+        ),
+        # Trimmed like text; Java's notation of a small double.
+        quality_row(
+            2,
+            establishmentMeans=" NATIVE ",
+            institutionCode=" UTAS",
+            individualCount=" 12 ",
+            coordinateUncertaintyInMeters=" 7071.07 ",
+            coordinatePrecision="1.0E-4",
+        ),
+        # Written as int() and repr(float()) write them: leading zeros, whole numbers, a trailing zero.
+        quality_row(
+            3,
+            latitude="-42",
+            species_key="007",
+            accepted_key="-0",
+            individualCount="007",
+            coordinateUncertaintyInMeters="30",
+            coordinatePrecision="1",
+        ),
+        quality_row(
+            4,
+            latitude="-42.50",
+            individualCount="0",
+            coordinateUncertaintyInMeters="1.0E7",
+            coordinatePrecision="0.00001",
+        ),
+        quality_row(5),
+    ]
+    path = write_download(tmp_path / "0001111-261129000000000.zip", rows, terms=QUALITY_TERMS)
+    by_rows, by_columns = _lines_by_reader(path)
+    assert by_rows == by_columns
+    quality = {key: _quality(line) for key, line in by_rows.items()}
+    assert quality == {
+        1: {
+            "establishmentMeans": "INTRODUCED",
+            "institutionCode": "TMAG",
+            "individualCount": 3,
+            "coordinateUncertaintyInMeters": 30.0,
+            "coordinatePrecision": 0.0001,
+        },
+        2: {
+            "establishmentMeans": "NATIVE",
+            "institutionCode": "UTAS",
+            "individualCount": 12,
+            "coordinateUncertaintyInMeters": 7071.07,
+            "coordinatePrecision": 0.0001,
+        },
+        3: {"individualCount": 7, "coordinateUncertaintyInMeters": 30.0, "coordinatePrecision": 1.0},
+        4: {"individualCount": 0, "coordinateUncertaintyInMeters": 1e7, "coordinatePrecision": 1e-05},
+        5: {},
+    }
+    fields = {
+        key: dict(zip(RECORD_COLUMNS, line.rstrip("\n").split("\t"), strict=True))
+        for key, line in by_rows.items()
+    }
+    assert (fields[2]["coordinatePrecision"], fields[4]["coordinatePrecision"]) == ("0.0001", "1e-05")
+    assert fields[4]["coordinateUncertaintyInMeters"] == "10000000.0"
+    assert [fields[3][term] for term in ("speciesKey", "acceptedTaxonKey", "decimalLatitude")] == [
+        "7",
+        "0",
+        "-42.0",
+    ]
+    assert fields[4]["decimalLatitude"] == "-42.5"
+    # The species' records file is the same bytes whichever reader built the index.
+    columnar = ensure_index(describe_download(path), tmp_path / "columnar", [DEVIL_SPECIES])
+    monkeypatch.setattr(download_index, "read_column_batches", _rows_only)
+    by_row_reader = ensure_index(describe_download(path), tmp_path / "rows", [DEVIL_SPECIES])
+    assert columnar.parts[DEVIL].sha256 == by_row_reader.parts[DEVIL].sha256
+    assert columnar.parts[DEVIL].records == 5
+
+
+def test_a_download_without_the_quality_columns_gives_them_empty(tmp_path):
+    path = write_download(tmp_path / "0001111-261129000000000.zip", [devil_row(1), devil_row(2)])
+    by_rows, by_columns = _lines_by_reader(path)
+    assert by_rows == by_columns
+    for line in by_rows.values():
+        fields = dict(zip(RECORD_COLUMNS, line.rstrip("\n").split("\t"), strict=True))
+        assert [fields[term] for term in (*QUALITY, "speciesKey", "acceptedTaxonKey")] == [""] * 7
+        assert _quality(line) == {}
+
+
+BAD_QUALITY = {
+    "count not whole": ({"individualCount": "2.5"}, "individualCount"),
+    "count negative": ({"individualCount": "-1"}, "individualCount"),
+    "count not a number": ({"individualCount": "several"}, "individualCount"),
+    "uncertainty negative": ({"coordinateUncertaintyInMeters": "-30.0"}, "coordinateUncertaintyInMeters"),
+    "uncertainty not finite": (
+        {"coordinateUncertaintyInMeters": "Infinity"},
+        "coordinateUncertaintyInMeters",
+    ),
+    "precision negative": ({"coordinatePrecision": "-1.0E-4"}, "coordinatePrecision"),
+    "precision not a number": ({"coordinatePrecision": "0.1 deg"}, "coordinatePrecision"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_QUALITY))
+def test_a_bad_quality_value_is_refused_by_both_readers_naming_line_and_term(tmp_path, monkeypatch, case):
+    # The columnar reader gives such a download to the row reader, which names the line and the term.
+    quality, term = BAD_QUALITY[case]
+    rows = [quality_row(1, individualCount="2"), quality_row(2, **quality), quality_row(3)]
+    path = write_download(tmp_path / "0001111-261129000000000.zip", rows, terms=QUALITY_TERMS)
+    with pytest.raises(ColumnarUnavailable, match=term):
+        list(read_column_batches(describe_download(path)))
+    for reader in ("columnar", "rows"):
+        if reader == "rows":
+            monkeypatch.setattr(download_index, "read_column_batches", _rows_only)
+        with pytest.raises(InputError) as refused:
+            ensure_index(describe_download(path), tmp_path / reader, [DEVIL_SPECIES])
+        assert (refused.value.path, refused.value.where, refused.value.field) == (
+            str(path),
+            "occurrence.txt line 3",
+            term,
+        )
+        assert not list((tmp_path / reader).rglob("index.json"))
+
+
+# Records of the shared downloads, with what their files hold for the quality terms (looked up in the zips'
+# own core files). The 2014 DwC-A's interpreted occurrence.txt has no coordinateUncertaintyInMeters or
+# coordinatePrecision column (only its verbatim.txt has): those come through empty, as from any download
+# that lacks a column; both downloads leave establishmentMeans (and the simple CSV coordinatePrecision)
+# empty in every record.
+SHARED_QUALITY = {
+    "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip": {
+        883438647: {"institutionCode": "JBB", "individualCount": 957, "coordinateUncertaintyInMeters": 1.0},
+        1851364838: {"institutionCode": "LEB", "individualCount": 1, "coordinateUncertaintyInMeters": 7071.0},
+        998478875: {"institutionCode": "MAGRAMA", "coordinateUncertaintyInMeters": 7071.0},
+    },
+    "gbif/dwca-0000066-elevation/0000066-140928181241064.zip": {
+        911596181: {"institutionCode": "KU"},
+        441881672: {"institutionCode": "UWBM"},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_QUALITY))
+def test_the_shared_downloads_give_the_quality_terms_their_files_hold(shared_data, name):
+    by_rows, by_columns = _lines_by_reader(shared_data / name)
+    assert by_rows.keys() == by_columns.keys()
+    for key, expected in SHARED_QUALITY[name].items():
+        assert _quality(by_rows[key]) == _quality(by_columns[key]) == expected, key
+    # Every record reads back the same from either reader's line.
+    assert {key: record_from_fields(line.rstrip("\n").split("\t")) for key, line in by_rows.items()} == {
+        key: record_from_fields(line.rstrip("\n").split("\t")) for key, line in by_columns.items()
+    }
+
+
+def test_an_index_or_a_raw_header_of_the_former_columns_is_built_again_not_misread(tmp_path, monkeypatch):
+    former_columns = tuple(
+        term for term in RECORD_COLUMNS if term not in (*QUALITY, "establishmentMeans", "institutionCode")
+    )
+    path = write_download(tmp_path / "0001111-261129000000000.zip", [devil_row(1), devil_row(2)])
+    info = describe_download(path)
+    with monkeypatch.context() as former:
+        former.setattr(download_index, "RECORDS_FORMAT", 1)
+        former.setattr(download_index, "RECORD_COLUMNS", former_columns)
+        old = ensure_index(info, tmp_path / "index", [DEVIL_SPECIES])
+    # Another records format is another index folder: the old one is not loaded, and pruned.
+    assert load_index(info, tmp_path / "index", [DEVIL_SPECIES]) is None
+    index = ensure_index(info, tmp_path / "index", [DEVIL_SPECIES])
+    assert index.folder != old.folder
+    download_index.prune_indexes(tmp_path / "index", [info.sha256], [DEVIL_SPECIES])
+    assert not old.folder.exists()
+    # An index whose document names other columns is not trusted, whatever its folder.
+    document_path = index.folder / "index.json"
+    document = json.loads(document_path.read_text(encoding="utf-8"))
+    document_path.write_text(json.dumps({**document, "columns": list(former_columns)}), encoding="utf-8")
+    assert load_index(info, tmp_path / "index", [DEVIL_SPECIES]) is None
+    index = ensure_index(info, tmp_path / "index", [DEVIL_SPECIES])
+    # A raw snapshot header naming the former columns is refused, and ingest writes it again.
+    raw = tmp_path / "raw" / f"{DEVIL}.json"
+    ingest_species_from_downloads([index], DEVIL_SPECIES, raw)
+    header = json.loads(raw.read_text(encoding="utf-8"))
+    raw.write_text(json.dumps({**header, "columns": list(former_columns)}), encoding="utf-8")
+    with pytest.raises(InputError, match="not the columns this code writes"):
+        read_raw_snapshot(raw)
+    outcome = ingest_species_from_downloads([index], DEVIL_SPECIES, raw)
+    assert outcome is not None and outcome.written
+    assert [record["key"] for record in read_raw_snapshot(raw).iter_records(raw)] == [1, 2]
 
 
 def test_a_download_is_indexed_once_per_version_and_a_registry_change_makes_a_new_index(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, records_path
-from surveillance_pipeline.gbif.records import RECORD_COLUMNS, TEXT_TERMS, RecordsWriter
+from surveillance_pipeline.gbif.records import RECORD_COLUMNS, RecordsWriter
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, species_by_slug
 from surveillance_pipeline.occurrences import derive, derive_columns
 
@@ -12,13 +12,24 @@ DEVIL = species_by_slug("sarcophilus-harrisii")
 CC_BY_URI = "http://creativecommons.org/licenses/by/4.0/legalcode"
 
 
-def _line(key, *, year="2001", latitude="-41.5", longitude="147.25", license=CC_BY_URI, issues=""):
-    text = dict.fromkeys(TEXT_TERMS, "")
-    text.update(license=license, species=DEVIL.scientific_name, countryCode=DEVIL.country)
-    fields = [str(key), *(text[term] for term in TEXT_TERMS)]
-    fields += [year, str(DEVIL.taxon_key or ""), "", "", latitude, longitude, issues]
+def _line(key, *, year="2001", latitude="-41.5", longitude="147.25", license=CC_BY_URI, issues="", **more):
+    """A records-file line, its fields given by column name (the columns the derive does not read, like
+    the quality terms in ``more``, empty unless given)."""
+    fields = dict.fromkeys(RECORD_COLUMNS, "")
+    fields.update(
+        key=str(key),
+        license=license,
+        species=DEVIL.scientific_name,
+        countryCode=DEVIL.country,
+        year=year,
+        taxonKey=str(DEVIL.taxon_key or ""),
+        decimalLatitude=latitude,
+        decimalLongitude=longitude,
+        issues=issues,
+        **more,
+    )
     assert len(fields) == len(RECORD_COLUMNS)
-    return "\t".join(fields) + "\n"
+    return "\t".join(fields.values()) + "\n"
 
 
 def _snapshot(tmp_path, lines):
@@ -54,6 +65,15 @@ ODD = [
     _line(8, latitude="", longitude=""),
     _line(9, license="CC_BY_NC_4_0", year="1999"),
     _line(10, latitude="-41.50", longitude="147.123456789012345678"),
+    # The quality terms, which the derive does not read, wherever their columns sit.
+    _line(
+        11,
+        establishmentMeans="INTRODUCED",
+        institutionCode="TMAG",
+        individualCount="3",
+        coordinatePrecision="0.0001",
+        coordinateUncertaintyInMeters="30.0",
+    ),
     _line(12, license="http://creativecommons.org/publicdomain/zero/1.0/"),
 ]
 
@@ -86,7 +106,7 @@ def test_a_value_the_columnar_derive_refuses_goes_to_the_row_derive_which_names_
     header = _snapshot(tmp_path, [*ODD, line])
     with pytest.raises(derive_columns.ColumnarUnavailable):
         list(derive_columns.derived_blocks(records_path(header), None, DEVIL, derive._empty_counts()))
-    with pytest.raises(InputError, match="record 11"):
+    with pytest.raises(InputError, match="record 12"):
         derive.derive_to_file(header, DEVIL, tmp_path / "derived.csv")
     assert not (tmp_path / "derived.csv").exists()
 
