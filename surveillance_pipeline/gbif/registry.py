@@ -34,6 +34,10 @@ COLUMNS = (
     "state_province",
     "lab_records",
 )
+# Optional: where a species lives, for the quality tests (a marine or freshwater species is never flagged
+# for a point at sea). Empty, or a registry without the column: terrestrial.
+HABITAT_COLUMN = "habitat"
+HABITATS = ("terrestrial", "marine", "freshwater")
 SEARCH_ENDPOINT = "occurrence/search"
 # Raw snapshots read from GBIF downloads record this endpoint, the downloads read and the taxon.
 DOWNLOAD_ENDPOINT = "occurrence/download"
@@ -74,6 +78,12 @@ class Species:
     country: str
     state_province: str
     lab_records: int
+    # One of HABITATS; "" (not said) is treated as terrestrial.
+    habitat: str = ""
+
+    @property
+    def terrestrial(self) -> bool:
+        return self.habitat in ("", "terrestrial")
 
     def request(self) -> dict[str, Any]:
         """The GBIF occurrence-search request for this species, as recorded in its raw snapshot.
@@ -179,8 +189,9 @@ def parse_registry(text: str, path: Path | str) -> tuple[Species, ...]:
 
 def _species_of_row(row: dict[str | Any, str | Any], path: Path | str, line: int) -> Species:
     if None in row:
-        raise RegistryError(path, line, None, f"more fields than the header's {len(COLUMNS)}")
-    for name in COLUMNS:
+        raise RegistryError(path, line, None, f"more fields than the header's {len(row) - 1}")
+    present = (*COLUMNS, HABITAT_COLUMN) if HABITAT_COLUMN in row else COLUMNS
+    for name in present:
         value = row[name]
         if value is None:
             raise RegistryError(path, line, name, "missing (the row has fewer fields than the header)")
@@ -198,6 +209,9 @@ def _species_of_row(row: dict[str | Any, str | Any], path: Path | str, line: int
     taxon_key = checked("taxon_key", POSITIVE, "a GBIF backbone key (a positive whole number) or empty")
     country = checked("country", COUNTRY, "an upper-case ISO 3166-1 alpha-2 code (AU) or empty")
     lab_records = checked("lab_records", COUNT, "a count (0 or more)")
+    habitat = row.get(HABITAT_COLUMN) or ""
+    if habitat and habitat not in HABITATS:
+        raise RegistryError(path, line, HABITAT_COLUMN, f"{habitat!r} is not one of {', '.join(HABITATS)} or empty")
     for name, value in (
         ("species_id", species_id),
         ("slug", slug),
@@ -216,6 +230,7 @@ def _species_of_row(row: dict[str | Any, str | Any], path: Path | str, line: int
         country=country,
         state_province=row["state_province"],
         lab_records=int(lab_records),
+        habitat=habitat,
     )
 
 

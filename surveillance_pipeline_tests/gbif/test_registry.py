@@ -243,7 +243,7 @@ def test_lab_mode_adds_a_lab_species_offline_to_a_file_started_with_init(
     assert text.startswith("".join(kept).encode())
     assert text[len("".join(kept)) :] == (
         b"72,thylacinus-cynocephalus,Thylacinus cynocephalus,Tasmanian tiger,2435474,"
-        b"Animalia,AU,Tasmania,974\n"
+        b"Animalia,AU,Tasmania,974,\n"  # the registry's habitat column, left empty (terrestrial)
     )
     assert b"\r" not in text
     assert sorted(os.listdir(mine.parent)) == ["species.csv"], "no temporary file left beside it"
@@ -324,7 +324,7 @@ def test_api_mode_adds_a_species_from_gbifs_species_match(tmp_path, monkeypatch,
     assert gbif.requests[-1]["path"] == "/v1/species/match"
     assert gbif.requests[-1]["query"] == {"name": "Helianthus annuus", "strict": "true"}
     assert mine.read_text(encoding="utf-8").splitlines()[-1] == (
-        "72,helianthus-annuus,Helianthus annuus,sunflower,9206251,Plantae,AU,Tasmania,0"
+        "72,helianthus-annuus,Helianthus annuus,sunflower,9206251,Plantae,AU,Tasmania,0,"
     )
     read_registry.cache_clear()
     added = species_by_slug("helianthus-annuus")

@@ -172,7 +172,7 @@ def test_a_lab_answer_whose_version_the_summary_holds_is_not_drawn_again(tmp_pat
     registry.write_text("".join(lines), encoding="utf-8")
     monkeypatch.setenv("SURVEILLANCE_SPECIES_FILE", str(registry))
     assert LabGbifClient().answer_version(params) == version, "the same entries from another file"
-    registry.write_text("".join([lines[0], lines[1].replace(",2000\n", ",1999\n"), *lines[2:]]))
+    registry.write_text("".join([lines[0], lines[1].replace(",2000,", ",1999,"), *lines[2:]]))
     read_registry.cache_clear()
     assert LabGbifClient().answer_version(params) not in (None, version)
     fewer = ingest_again()
