@@ -6,13 +6,15 @@ from collections import Counter
 from surveillance_pipeline.core.keys import canonical_json
 from surveillance_pipeline.gbif.client import PAGE_LIMIT, fetch_all_occurrences
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
-from surveillance_pipeline.lab.gbif_client import LabGbifClient, lab_records
+from surveillance_pipeline.lab.gbif_client import LabGbifClient, _on_land, lab_records
 from surveillance_pipeline.samples.rules import pick_sample, summarize_ids
 
 # sha256 over the canonical JSON of every lab page (all species, pages of 300, in registry order).
 # A change here means every user's lab data changed: bump it only on purpose.
-# Last bumped when records without coordinates gained a ``locality`` text (837 of them, for geocoding).
-LAB_PAGES_SHA256 = "308497b304ab3364268e12700207157c23f6d1b20e495e2f9de1ea66ffc2e7c6"
+# Last bumped when the records gained the data-quality problems an analyst filters for (fossil specimens,
+# coarse uncertainty, centroids, duplicates and the rest: test_lab_shows_each_data_quality_problem) and the
+# points of a species that does not live at sea were drawn on land.
+LAB_PAGES_SHA256 = "d7c91b052f96a132f56ea51c0c4f7c63f8cf184c90385256ce24ab7154fd636f"
 
 
 def _all_pages():
@@ -109,3 +111,103 @@ def test_the_course_summary_line_of_the_lab_is_pinned():
         for species in load_registry()
     }
     assert summarize_ids(picked).line() == "records=4766 species=71 ids_md5=8645f37e4f651760662f56704c29c233"
+
+
+def _error_point(latitude: float, longitude: float) -> str | None:
+    """Which of the lab's planted error points a place is, None for a place in Tasmania."""
+    fixed = {
+        (-35.28303, 149.12903): "capital",
+        (-25.73289, 134.491): "country-centroid",
+        (-41.94104, 146.60017): "province-centroid",
+        (55.67, 12.58): "institution",
+    }
+    if (latitude, longitude) in fixed:
+        return fixed[latitude, longitude]
+    if 0.1 <= latitude <= 0.4 and 0.1 <= longitude <= 0.4:
+        return "near-zero"
+    if latitude == -longitude and 40 <= longitude <= 43:
+        return "equal-absolute"
+    if -43.8 <= latitude <= -43.3 and 171.6 <= longitude <= 172.4:
+        return "other-country"
+    assert -43.6 <= latitude <= -39.6 and 144.5 <= longitude <= 148.5, (latitude, longitude)
+    return None
+
+
+def test_lab_shows_each_data_quality_problem():
+    """Each problem a coordinate or quality test looks for is on a small share of the lab's records (counts
+    in per mille of all records), and none breaks what every record keeps: present, never at 0,0, issues
+    sorted, one institution per dataset."""
+    found: Counter[str] = Counter()
+    institutions: dict[str, set[str]] = {}
+    total = 0
+    for species in load_registry():
+        before: dict | None = None
+        for record in lab_records(species.slug):
+            total += 1
+            assert record["occurrenceStatus"] == "PRESENT"
+            assert record["issues"] == sorted(record["issues"]) and "ZERO_COORDINATE" not in record["issues"]
+            institutions.setdefault(record["datasetKey"], set()).add(record["institutionCode"])
+            found[record["basisOfRecord"]] += 1
+            found[record.get("establishmentMeans", "no establishmentMeans")] += 1
+            found["individualCount"] += 1 <= record.get("individualCount", 0) <= 20
+            found.update(issue for issue in record["issues"] if issue != "COORDINATE_ROUNDED")
+            assert record["countryCode"] == species.country  # as GBIF's country filter answers
+            if "year" in record:
+                assert record["eventDate"].startswith(f"{record['year']:04d}-")
+                found["before 1900"] += record["year"] < 1900
+            if "decimalLatitude" in record:
+                latitude, longitude = record["decimalLatitude"], record["decimalLongitude"]
+                assert (latitude, longitude) != (0, 0)
+                kind = _error_point(latitude, longitude) or "Tasmania"
+                found[kind] += 1
+                if kind == "Tasmania" and species.habitat != "marine":
+                    found["at sea, not a marine species"] += not _on_land(longitude, latitude)
+                uncertainty = record.get("coordinateUncertaintyInMeters")
+                if uncertainty is None:
+                    found["no uncertainty"] += 1
+                elif uncertainty in (301.0, 3036.0, 999.0, 9999.0):
+                    found["placeholder uncertainty"] += 1
+                elif uncertainty > 10_000:
+                    found["coarse uncertainty"] += 1
+                found["coarse precision"] += record.get("coordinatePrecision", 0) >= 0.1
+                found["duplicate"] += bool(before and "decimalLatitude" in before) and (
+                    before["decimalLatitude"],
+                    before["decimalLongitude"],
+                    before["datasetKey"],
+                ) == (latitude, longitude, record["datasetKey"])
+            before = record
+    assert total == 26391
+    assert all(len(codes) == 1 for codes in institutions.values()) and len(institutions) == 6
+    per_mille = {name: 1000 * count / total for name, count in found.items()}
+    expected = {
+        "FOSSIL_SPECIMEN": 10,
+        "LIVING_SPECIMEN": 10,
+        "INTRODUCED": 20,
+        "MANAGED": 5,
+        "NATIVE": 30,
+        "individualCount": 500,
+        "no uncertainty": 50,
+        "placeholder uncertainty": 10,
+        "coarse uncertainty": 30,
+        "coarse precision": 15,
+        "before 1900": 10,
+        "COUNTRY_COORDINATE_MISMATCH": 3,
+        "RECORDED_DATE_INVALID": 3,
+        "TAXON_MATCH_FUZZY": 3,
+        "TAXON_MATCH_HIGHERRANK": 3,
+        "PRESUMED_NEGATED_LONGITUDE": 3,
+        "COORDINATE_PRECISION_INVALID": 3,
+        "capital": 1,
+        "country-centroid": 0.5,
+        "province-centroid": 0.5,
+        "institution": 0.5,
+        "near-zero": 0.5,
+        "equal-absolute": 0.5,
+        "duplicate": 10,
+        "other-country": 5,
+        "at sea, not a marine species": 5,
+    }
+    # Shares of the records with coordinates come out some 5% below their constant; draws scatter.
+    assert {name: 0.4 * share <= per_mille.get(name, 0) <= 2 * share for name, share in expected.items()} == {
+        name: True for name in expected
+    }
