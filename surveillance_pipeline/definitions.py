@@ -51,6 +51,9 @@ from surveillance_pipeline.places import definitions as places
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS
 from surveillance_pipeline.planning.job import plan_next_run
+from surveillance_pipeline.quality import definitions as quality
+from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY
+from surveillance_pipeline.quality.references import QUALITY_REFERENCES
 from surveillance_pipeline.releases import definitions as releases
 from surveillance_pipeline.samples import definitions as samples
 from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE
@@ -59,13 +62,26 @@ from surveillance_pipeline.snapshots.devil import snapshot_target
 
 # One process per run by default; Celery workers under SURVEILLANCE_PROFILE=distributed (distributed.py).
 EXECUTOR = executor()
-DOMAINS = (occurrences.defs, samples.defs, snapshots.defs, ledger.defs, releases.defs, places.defs)
+DOMAINS = (
+    occurrences.defs,
+    quality.defs,
+    samples.defs,
+    snapshots.defs,
+    ledger.defs,
+    releases.defs,
+    places.defs,
+)
 
 
 def table_targets() -> list[TableTarget]:
     """Every table an asset writes under job keys, each verified by a check of its asset."""
     return [
         TableTarget("occurrences", lambda: OCCURRENCES),
+        # occurrence_quality loads the reference layers first, then flags: two tables, two checks.
+        TableTarget(
+            "occurrence_quality", lambda: QUALITY_REFERENCES, "quality_references_table_holds_its_snapshot"
+        ),
+        TableTarget("occurrence_quality", lambda: OCCURRENCE_QUALITY),
         TableTarget("occurrence_sample", lambda: OCCURRENCE_SAMPLE),
         TableTarget("geocoded_localities", lambda: GEOCODED_LOCALITIES),
         # region_assignment loads the layer into regions first, then assigns: two tables, two checks.

@@ -288,3 +288,31 @@ class _Canvas:
         ImageDraw.Draw(label).text((1 - box[0], 1 - box[1]), text, fill=INK, font=font)
         turned = label.rotate(90, expand=True)
         self.image.paste(turned, (left, middle - turned.height // 2))
+
+
+def bars_png(labels: Sequence[str], counts: Sequence[int], title: str, xlabel: str = "records") -> bytes:
+    """One horizontal bar per label (in the order given), its count written at its end."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (WIDTH, HEIGHT), BACKGROUND)
+    draw = ImageDraw.Draw(image)
+    draw.text((WIDTH // 2, 4), title, fill=INK, font=_font(TITLE_SIZE), anchor="ma")
+    draw.text((WIDTH // 2, HEIGHT - 3), xlabel, fill=INK, font=_font(LABEL_SIZE), anchor="md")
+    left, right, top, bottom = 70, WIDTH - 36, PLOT_TOP, HEIGHT - 16
+    rows = max(len(labels), 1)
+    height = (bottom - top) / rows
+    largest = max([*counts, 1])
+    for index, (label, count) in enumerate(zip(labels, counts, strict=True)):
+        y0 = top + round(index * height)
+        y1 = top + round((index + 1) * height) - 1
+        middle = (y0 + y1) // 2
+        draw.text((left - 3, middle), label, fill=INK, font=_font(TICK_SIZE), anchor="rm")
+        end = left + round((right - left) * count / largest)
+        if count > 0:
+            draw.rectangle((left, y0, max(end, left + 1), y1), fill=BAR_COLOUR)
+        draw.text((max(end, left) + 3, middle), f"{count:,}", fill=INK, font=_font(TICK_SIZE), anchor="lm")
+    draw.line((left, top, left, bottom), fill=INK)
+    palette = image.quantize(colors=PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT)
+    small = io.BytesIO()
+    palette.save(small, format="PNG", optimize=True)
+    return small.getvalue()

@@ -138,7 +138,22 @@ def describe_change(previous: Mapping[str, Any] | None, current: JobKeyParts) ->
         joined = names[0]
     else:
         joined = ", ".join(names[:-1]) + " and " + names[-1]
-    return f"{joined} changed"
+    return f"{joined} changed{_changed_sections(previous.get('config'), current.config)}"
+
+
+def _changed_sections(previous: Any, current: Any) -> str:
+    """Which sections of a config made of sections changed (the quality tests' config is one section per
+    test): ' (sections a, b)'; '' for a flat config or the same sections' values."""
+    if not isinstance(previous, Mapping) or not isinstance(current, Mapping):
+        return ""
+    if not all(isinstance(value, Mapping) for value in (*previous.values(), *current.values())):
+        return ""
+    changed = sorted(
+        name
+        for name in set(previous) | set(current)
+        if canonical_json(previous.get(name)) != canonical_json(current.get(name))
+    )
+    return f" ({', '.join(changed)})" if changed else ""
 
 
 def advisory_lock_id(*names: str) -> int:

@@ -211,7 +211,9 @@ def _species_of_row(row: dict[str | Any, str | Any], path: Path | str, line: int
     lab_records = checked("lab_records", COUNT, "a count (0 or more)")
     habitat = row.get(HABITAT_COLUMN) or ""
     if habitat and habitat not in HABITATS:
-        raise RegistryError(path, line, HABITAT_COLUMN, f"{habitat!r} is not one of {', '.join(HABITATS)} or empty")
+        raise RegistryError(
+            path, line, HABITAT_COLUMN, f"{habitat!r} is not one of {', '.join(HABITATS)} or empty"
+        )
     for name, value in (
         ("species_id", species_id),
         ("slug", slug),

@@ -24,7 +24,13 @@ import psycopg
 
 from surveillance_pipeline.core.day_files import is_day_file_name
 from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, partition_watch
-from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, describe_change, sha256_hex
+from surveillance_pipeline.core.keys import (
+    JobKeyParts,
+    canonical_json,
+    describe_change,
+    sha256_file,
+    sha256_hex,
+)
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_loaded_parts, last_recorded_output
 from surveillance_pipeline.core.targets import WHOLE_TARGET_REF, Target
 from surveillance_pipeline.gbif.registry import Species, load_registry
@@ -38,6 +44,9 @@ from surveillance_pipeline.orchestration.run_config import op_config
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES, geocoded_parts, localities_to_geocode
 from surveillance_pipeline.places.ledger import answers_for
 from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS, RegionLayer
+from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, quality_parts_of
+from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
+from surveillance_pipeline.quality.settings import configured_rules
 from surveillance_pipeline.releases.build import export_parts, sample_export_parts
 from surveillance_pipeline.releases.exports import export_is_current
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
@@ -59,6 +68,8 @@ ORDER = (
     "gbif_raw",
     "gbif_derived",
     "occurrences",
+    "quality_references",
+    "occurrence_quality",
     "occurrence_sample",
     "masked_release",
     "geocoded_localities",
@@ -210,7 +221,34 @@ class Planner:
         recorded = last_recorded_output(self.conn, asset, partition)
         return Step(LOAD, reason, recorded is None or recorded.job_key != parts.key)
 
-    def species(self, species: Species, layer: RegionLayer, regions: Step) -> None:
+    def quality_references(self) -> Step:
+        layers = ReferenceLayers()
+        return self.plan.add(
+            QUALITY_REFERENCES.name,
+            WHOLE_TARGET,
+            self.table(QUALITY_REFERENCES, WHOLE_TARGET, WHOLE_TARGET_REF, layers.parts()),
+        )
+
+    def quality(self, species: Species, raw_step: Step, occurrences: Step, references: Step) -> Step:
+        """occurrence_quality's step: its key from the raw file, the keys its inputs hold and the config."""
+        raw = self.paths.raw(species.slug)
+        occurrences_key = self.held_key(OCCURRENCES.name, species.slug)
+        references_key = self.held_key(QUALITY_REFERENCES.name, WHOLE_TARGET)
+        parts = None
+        if raw.is_file() and occurrences_key and references_key:
+            rules = configured_rules(op_config(OCCURRENCE_QUALITY.name))
+            layers = ReferenceLayers()
+            parts = quality_parts_of(
+                species, sha256_file(raw), occurrences_key, references_key, rules, layers
+            )
+        upstream = [
+            ("gbif_raw", raw_step),
+            ("occurrences", occurrences),
+            (QUALITY_REFERENCES.name, references),
+        ]
+        return self.table(OCCURRENCE_QUALITY, species.slug, str(species.species_id), parts, upstream)
+
+    def species(self, species: Species, layer: RegionLayer, regions: Step, references: Step) -> None:
         slug, ref, add = species.slug, str(species.species_id), self.plan.add
         raw, derived = self.paths.raw(slug), self.paths.derived(slug)
         raw_step = add("gbif_raw", slug, ASKS_GBIF if raw.is_file() else Step(LOAD, "first load", True))
@@ -232,6 +270,7 @@ class Planner:
             slug,
             self.table(OCCURRENCES, slug, ref, occurrence_parts, [("gbif_derived", derived_step)]),
         )
+        add(OCCURRENCE_QUALITY.name, slug, self.quality(species, raw_step, occurrences, references))
         occurrences_key = self.held_key(OCCURRENCES.name, slug)
         cap = int(op_config("occurrence_sample").get("cap", 100))
         sample_parts = sample_job_parts(occurrences_key, cap) if occurrences_key else None
@@ -338,8 +377,9 @@ class Planner:
 
     def run(self, species_planned: list[Species] | None = None) -> Plan:
         layer, regions = self.regions()
+        references = self.quality_references()
         for species in load_registry() if species_planned is None else species_planned:
-            self.species(species, layer, regions)
+            self.species(species, layer, regions, references)
         self.batches()
         self.whole(self.devil())
         return self.plan

@@ -15,7 +15,7 @@ import surveillance_pipeline
 PACKAGE_ROOT = Path(surveillance_pipeline.__file__).parent
 DEVELOPMENT_DOC = PACKAGE_ROOT.parent / "docs" / "development.md"
 
-DOMAINS = {"occurrences", "places", "samples", "snapshots", "ledger", "releases"}
+DOMAINS = {"occurrences", "quality", "places", "samples", "snapshots", "ledger", "releases"}
 # Clients of outside services over core only (GBIF, a geocoder): what every layer may build on.
 CLIENTS = {"gbif", "geocoding"}
 # The package root: the core, the clients, the domains, the lab, the Dagster plumbing, the plan (read

@@ -1,0 +1,139 @@
+"""occurrence_quality: thin Dagster asset over the quality tests (quality/flags.py, quality/rules.py)."""
+
+import dagster as dg
+
+from surveillance_pipeline.core.figures import bars_png, kept_figure, markdown_image
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
+from surveillance_pipeline.orchestration.outputs import outputs_metadata
+from surveillance_pipeline.orchestration.partitions import species_asset
+from surveillance_pipeline.orchestration.reporting import (
+    PartitionEvents,
+    PartitionReport,
+    outcome_report,
+    partition_threads,
+    report_partitions,
+)
+from surveillance_pipeline.orchestration.resources import DataPaths, ThreadConnections, Warehouse
+from surveillance_pipeline.quality import flags
+from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
+from surveillance_pipeline.quality.rules import TESTS, QualityRules
+from surveillance_pipeline.quality.settings import configured_rules
+
+
+class OccurrenceQualityConfig(dg.Config):
+    """The quality tests' settings, each entering the job key of what it shapes. Unset (null): the quality
+    file's value (SURVEILLANCE_QUALITY_FILE), else the default shown in each test's description."""
+
+    enabled_tests: list[str] | None = None
+    gbif_issues: list[str] | None = None
+    basis_of_record: list[str] | None = None
+    uncertainty_limit_m: float | None = None
+    uncertainty_placeholders_m: list[float] | None = None
+    precision_limit_degrees: float | None = None
+    old_before_year: int | None = None
+    zero_radius_degrees: float | None = None
+    capitals_radius_m: float | None = None
+    centroids_radius_m: float | None = None
+    gbif_hq_radius_m: float | None = None
+    sea_buffer_m: float | None = None
+    country_buffer_m: float | None = None
+    outliers_multiplier: float | None = None
+    outliers_min_records: int | None = None
+    outliers_exact_up_to_points: int | None = None
+    outliers_cell_degrees: float | None = None
+
+    def rules(self) -> QualityRules:
+        return configured_rules(self.model_dump())
+
+
+COUNTS_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("test", "string"),
+        dg.TableColumn("enabled", "bool"),
+        dg.TableColumn("flagged", "int", description="records the test flagged"),
+        dg.TableColumn("first_reason", "int", description="records it was the first test to flag"),
+        dg.TableColumn("description", "string"),
+    ]
+)
+
+
+@species_asset(
+    metadata=outputs_metadata(
+        tables=["occurrence_quality", "quality_references"], folders=["figures/quality"]
+    ),
+    group_name="occurrences",
+    deps=[dg.AssetKey("occurrences"), dg.AssetKey("gbif_raw")],
+    code_version=flags.OCCURRENCE_QUALITY.code_version,
+    pool="occurrence_quality",
+    description="Per record of occurrences: GBIF's quality terms (basisOfRecord, issues, uncertainty, …) and "
+    "one flag per quality test (CoordinateCleaner's and GBIF's), never a dropped row. Tests and thresholds "
+    "are config in the job key; the data version is the rows' digest, so a change that flags the same "
+    "records reloads nothing downstream.",
+)
+def occurrence_quality(
+    context: dg.AssetExecutionContext, config: OccurrenceQualityConfig, paths: DataPaths, warehouse: Warehouse
+) -> PartitionEvents:
+    rules = config.rules()
+    layers = ReferenceLayers()
+    side_by_side = partitions_side_by_side()
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(context.partition_keys, side_by_side), this_thread_too=True
+    ) as connections:
+        loaded = load_quality_references(connections.get(), layers, context.run.run_id)
+        context.log.info(f"quality_references: {loaded.action} ({loaded.reason}), {loaded.rows} pieces")
+
+        def flag_partition(slug: str) -> PartitionReport:
+            conn = connections.get()
+            species = species_by_slug(slug)
+            outcome = flags.refresh_occurrence_quality(
+                conn,
+                species=species,
+                raw_path=paths.raw(slug),
+                rules=rules,
+                layers=layers,
+                run_id=context.run.run_id,
+            )
+            counts = flags.quality_counts(conn, species)
+            digest = flags.held_rows_digest(conn, species)
+            return outcome_report(
+                outcome,
+                digest,
+                table="occurrence_quality",
+                flagged=counts.flagged,
+                flagged_share=round(counts.flagged / counts.records, 4) if counts.records else 0.0,
+                **{f"flagged_{name}": counts.by_test[name][0] for name in rules.enabled},
+                tests=dg.MetadataValue.table(records=_count_records(counts, rules), schema=COUNTS_SCHEMA),
+                first_reasons=dg.MetadataValue.md(_first_reasons_chart(paths, slug, outcome.job_key, counts)),
+            )
+
+        yield from report_partitions(context, flag_partition, side_by_side=side_by_side)
+
+
+def _count_records(counts: flags.QualityCounts, rules: QualityRules) -> list[dg.TableRecord]:
+    return [
+        dg.TableRecord(
+            {
+                "test": test.name,
+                "enabled": rules.is_enabled(test.name),
+                "flagged": counts.by_test[test.name][0],
+                "first_reason": counts.by_test[test.name][1],
+                "description": test.description,
+            }
+        )
+        for test in TESTS
+    ]
+
+
+def _first_reasons_chart(paths: DataPaths, slug: str, job_key: str, counts: flags.QualityCounts) -> str:
+    names = [test.name for test in TESTS]
+
+    def draw() -> bytes:
+        return bars_png(
+            names,
+            [counts.by_test[name][1] for name in names],
+            f"{slug}: first reason ({counts.flagged:,} of {counts.records:,})",
+        )
+
+    png = kept_figure(paths.figures("quality"), slug, job_key, draw)
+    return markdown_image(png, f"{slug}: records by the first test that flagged them") if png else ""

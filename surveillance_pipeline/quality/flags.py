@@ -1,0 +1,353 @@
+"""occurrence_quality: per record of occurrences, the GBIF terms analysts filter by and the quality flags.
+
+A species' rows are made from its raw snapshot's records (the terms) and its occurrences partition (which
+records are kept, their year), against the reference layers in ``quality_references``, in one statement
+(``insert_occurrence_quality.sql``). The job key's input names all three (the raw file's sha256, the keys
+occurrences and quality_references hold) and the species' habitat; its config is each enabled test's
+version and parameters, with the sha256 of every layer the test reads. Dagster-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
+from surveillance_pipeline.core.refresh import (
+    WHOLE_TARGET,
+    RefreshOutcome,
+    last_recorded_output,
+    refresh_partition,
+    upstream_job_key,
+)
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
+from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
+from surveillance_pipeline.gbif.records import (
+    RECORD_COLUMNS,
+    RECORDS_READ_ERRORS,
+    HashingReader,
+    open_records_stream,
+)
+from surveillance_pipeline.gbif.registry import Species
+from surveillance_pipeline.occurrences.derive import DERIVED_ASSET, check_request, derive_parts
+from surveillance_pipeline.occurrences.load import OCCURRENCES, partition_table_name
+from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_points
+from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
+from surveillance_pipeline.quality.rules import GBIF_HEADQUARTERS, TESTS, TESTS_BY_NAME, QualityRules
+
+PACKAGE = "surveillance_pipeline.quality"
+OCCURRENCE_QUALITY = Target(
+    "occurrence_quality", PACKAGE, "create_occurrence_quality", partition_column="species_id"
+)
+TEXT_TERMS = (
+    "basisOfRecord",
+    "countryCode",
+    "datasetKey",
+    "establishmentMeans",
+    "eventDate",
+    "institutionCode",
+    "occurrenceStatus",
+)
+WHOLE_TERMS = ("individualCount",)
+# Not negative: metres and degrees.
+MEASURE_TERMS = ("coordinatePrecision", "coordinateUncertaintyInMeters")
+COORDINATES = ("decimalLatitude", "decimalLongitude")
+# The columns the quality statement reads from a species' records.
+QUALITY_COLUMNS = ("key", *TEXT_TERMS, *WHOLE_TERMS, *MEASURE_TERMS, *COORDINATES, "issues")
+# The copied rows' table holds every records-file column (a records file is copied whole) and these.
+INCOMING_COLUMNS = (*RECORD_COLUMNS, *(name for name in QUALITY_COLUMNS if name not in RECORD_COLUMNS))
+COPY_BLOCK = 1 << 20
+
+
+def quality_parts(
+    conn: psycopg.Connection, species: Species, raw_sha256: str, rules: QualityRules, layers: ReferenceLayers
+) -> JobKeyParts:
+    """The key of a species' quality rows: its inputs as they are held now (share-locked upstream keys)."""
+    return quality_parts_of(
+        species,
+        raw_sha256,
+        upstream_job_key(conn, OCCURRENCES.name, species.slug),
+        upstream_job_key(conn, QUALITY_REFERENCES.name, WHOLE_TARGET),
+        rules,
+        layers,
+    )
+
+
+def quality_parts_of(
+    species: Species,
+    raw_sha256: str,
+    occurrences_key: str,
+    references_key: str,
+    rules: QualityRules,
+    layers: ReferenceLayers,
+) -> JobKeyParts:
+    """The key of a species' quality rows from its inputs' keys (the plan reads them without a lock)."""
+    inputs = {
+        "raw": raw_sha256,
+        "occurrences": occurrences_key,
+        "quality_references": references_key,
+        "terrestrial": species.terrestrial,
+    }
+    return OCCURRENCE_QUALITY.key_parts(
+        sha256_hex(canonical_json(inputs).encode()), quality_config(rules, layers)
+    )
+
+
+def quality_config(rules: QualityRules, layers: ReferenceLayers) -> dict[str, Any]:
+    """Each enabled test's version and parameters, with the sha256 of each layer it reads: a test's part
+    of the key moves with its own layers only (quality_references' key, in the input, moves with any)."""
+    sha256s = layers.sha256s()
+    config = rules.as_config()
+    for name, part in config.items():
+        reads = TESTS_BY_NAME[name].reads
+        if reads:
+            part["layers"] = {layer: sha256s[layer] for layer in reads}
+    return config
+
+
+def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any]:
+    """The bound values of insert_occurrence_quality.sql: every test's switch and parameters (a disabled
+    test's defaults are bound too; its flag is null whatever they are)."""
+    return {
+        "species_id": species.species_id,
+        "terrestrial": species.terrestrial,
+        **{f"on_{test.name}": rules.is_enabled(test.name) for test in TESTS},
+        "gbif_issues": list(rules.param("gbif_issues", "issues")),
+        "basis_of_record": list(rules.param("basis", "basis_of_record")),
+        "uncertainty_limit_m": float(rules.param("uncertainty", "limit_m")),
+        "uncertainty_placeholders_m": [float(v) for v in rules.param("uncertainty", "placeholders_m")],
+        "precision_limit_degrees": float(rules.param("precision", "limit_degrees")),
+        "old_before_year": int(rules.param("old", "before_year")),
+        "zero_radius_degrees": float(rules.param("zero", "radius_degrees")),
+        "capitals_radius_m": float(rules.param("capitals", "radius_m")),
+        "centroids_radius_m": float(rules.param("centroids", "radius_m")),
+        "hq_longitude": GBIF_HEADQUARTERS[0],
+        "hq_latitude": GBIF_HEADQUARTERS[1],
+        "gbif_hq_radius_m": float(rules.param("gbif_hq", "radius_m")),
+        "sea_buffer_m": float(rules.param("sea", "buffer_m")),
+        "country_buffer_m": float(rules.param("country", "buffer_m")),
+        "outliers_multiplier": float(rules.param("outliers", "multiplier")),
+        "outliers_min_records": int(rules.param("outliers", "min_records")),
+        "outliers_exact_up_to_points": int(rules.param("outliers", "exact_up_to_points")),
+        "outliers_cell_degrees": float(rules.param("outliers", "cell_degrees")),
+    }
+
+
+def check_same_raw_as_occurrences(
+    conn: psycopg.Connection, species: Species, raw_sha256: str, raw_path: Path
+) -> None:
+    """Refuse a raw snapshot other than the one occurrences' rows were derived from: the terms and the
+    rows must describe the same records."""
+    memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
+    if memo is None or memo.job_key != derive_parts(raw_sha256).key:
+        raise StaleInputError(
+            f"{raw_path}: not the raw snapshot gbif_derived last derived for {species.slug}: materialize "
+            "gbif_derived and occurrences first"
+        )
+    loaded = conn.execute(
+        "SELECT parts -> 'input' FROM target_state WHERE target = %s AND partition_key = %s",
+        (OCCURRENCES.name, species.slug),
+    ).fetchone()
+    if loaded is None or loaded[0] != memo.detail.get("derived_sha256"):
+        raise StaleInputError(
+            f"occurrences of {species.slug} were not loaded from gbif_derived's last derive: materialize "
+            "occurrences first"
+        )
+
+
+def refresh_occurrence_quality(
+    conn: psycopg.Connection,
+    *,
+    species: Species,
+    raw_path: Path,
+    rules: QualityRules,
+    layers: ReferenceLayers,
+    run_id: str,
+) -> RefreshOutcome:
+    """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does."""
+    raw = read_raw_bytes(raw_path)
+    raw_sha256 = sha256_hex(raw)
+    check_same_raw_as_occurrences(conn, species, raw_sha256, raw_path)
+
+    def replace_rows(connection: psycopg.Connection) -> int:
+        snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
+        check_request(snapshot, species, raw_path)
+        table = sql.Identifier(OCCURRENCE_QUALITY.name)
+        connection.execute(
+            sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
+        )
+        columns = sql.SQL(", ").join(
+            sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS
+        )
+        connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
+        copy_terms(connection, snapshot, raw_path)
+        copy_outliers(connection, species, rules)
+        connection.execute(
+            "SET LOCAL jit = off"
+        )  # PostGIS's costs cross the JIT threshold; compiling costs more
+        statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
+            table=table,
+            occurrences=sql.Identifier(partition_table_name(species.species_id)),
+            references=sql.Identifier(QUALITY_REFERENCES.name),
+        )
+        return connection.execute(statement, statement_parameters(species, rules)).rowcount
+
+    return refresh_partition(
+        conn,
+        target=OCCURRENCE_QUALITY,
+        partition_key=species.slug,
+        parts=lambda connection: quality_parts(connection, species, raw_sha256, rules, layers),
+        replace_rows=replace_rows,
+        run_id=run_id,
+        partition_value=species.species_id,
+    )
+
+
+def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRules) -> None:
+    """incoming_outliers: the outliers test's verdict per distinct point of the species' kept records."""
+    conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
+    if not rules.is_enabled("outliers"):
+        return
+    query = load_sql(PACKAGE, "select_quality_points").format(
+        occurrences=sql.Identifier(partition_table_name(species.species_id))
+    )
+    points = np.array(conn.execute(query).fetchall(), dtype=np.float64).reshape(-1, 3)
+    parameters = OutlierParameters(
+        multiplier=float(rules.param("outliers", "multiplier")),
+        min_records=int(rules.param("outliers", "min_records")),
+        exact_up_to_points=int(rules.param("outliers", "exact_up_to_points")),
+        cell_degrees=float(rules.param("outliers", "cell_degrees")),
+    )
+    verdicts = outlier_points(points[:, 0], points[:, 1], points[:, 2].astype(np.int64), parameters)
+    if verdicts is None:
+        return
+    with conn.cursor().copy("COPY incoming_outliers (lon, lat, outlier) FROM STDIN") as copy:
+        for (lon, lat, _), outlier in zip(points.tolist(), verdicts.tolist(), strict=True):
+            copy.write_row((lon, lat, outlier))
+
+
+def copy_terms(conn: psycopg.Connection, snapshot: RawSnapshot, raw_path: Path) -> None:
+    """The species' records into incoming_quality_terms: a records file as it is (its text format is
+    COPY's: the same escapes, an empty field for null), checked against the sha256 its header names; a
+    search answer's records field by field, each value checked."""
+    if snapshot.records_file is None:
+        names = sql.SQL(", ").join(sql.Identifier(name) for name in QUALITY_COLUMNS)
+        with conn.cursor().copy(sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN").format(names)) as copy:
+            for row in search_rows(snapshot.records, raw_path):
+                copy.write_row(row)
+        return
+    records = raw_path.with_name(snapshot.records_file)
+    names = sql.SQL(", ").join(sql.Identifier(name) for name in RECORD_COLUMNS)
+    digest = hashlib.sha256()
+    try:
+        handle = records.open("rb")
+    except FileNotFoundError:
+        raise InputError(
+            records, "file", None, "records file is missing: materialize gbif_raw again"
+        ) from None
+    with (
+        handle,
+        conn.cursor().copy(
+            sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN (FORMAT text, NULL '')").format(names)
+        ) as copy,
+    ):
+        try:
+            with open_records_stream(HashingReader(handle, digest)) as unzipped:
+                while block := unzipped.read(COPY_BLOCK):
+                    copy.write(block)
+        except RECORDS_READ_ERRORS as error:
+            raise InputError(records, "file", None, f"not a readable records file: {error}") from None
+        while block := handle.read(COPY_BLOCK):
+            digest.update(block)
+    if digest.hexdigest() != snapshot.records_sha256:
+        raise StaleInputError(
+            f"{records}: not the records file its raw snapshot names (edited or replaced since): "
+            "materialize gbif_raw again"
+        )
+
+
+def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str | None]]:
+    """QUALITY_COLUMNS of each search record as text (None: absent); InputError names record and field."""
+    for index, record in enumerate(records):
+        key = record.get("key")
+        where = f"record {index} (key {key})"
+        row: list[str | None] = [str(key)]
+        for name in TEXT_TERMS:
+            value = record.get(name)
+            if value is not None and not isinstance(value, str):
+                raise InputError(path, where, name, f"expected text, got {value!r}")
+            row.append(value or None)
+        for name in WHOLE_TERMS:
+            value = record.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InputError(path, where, name, f"expected a whole number >= 0, got {value!r}")
+            row.append(None if value is None else str(value))
+        for name in (*MEASURE_TERMS, *COORDINATES):
+            value = record.get(name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            ):
+                raise InputError(path, where, name, f"expected a number, got {value!r}")
+            if value is not None and name in MEASURE_TERMS and value < 0:
+                raise InputError(path, where, name, f"expected a number >= 0, got {value!r}")
+            row.append(None if value is None else repr(float(value)))
+        issues = record.get("issues") or []
+        if not isinstance(issues, list) or not all(isinstance(issue, str) for issue in issues):
+            raise InputError(path, where, "issues", f"expected a list of GBIF issue names, got {issues!r}")
+        row.append(";".join(issues) or None)
+        yield row
+
+
+def held_rows_digest(conn: psycopg.Connection, species: Species) -> str:
+    """The partition's content version: sha256 of its rows' count and digest as its load recorded them.
+
+    It is occurrence_quality's Dagster data version (not the job key): a threshold change that leaves
+    every flag as it was reloads the partition under a new key, but the same rows give the same version,
+    so nothing downstream goes Unsynced or reloads.
+    """
+    row = conn.execute(
+        load_sql(PACKAGE, "select_held_rows_digest"),
+        {"target": OCCURRENCE_QUALITY.name, "partition_key": species.slug},
+    ).fetchone()
+    if row is None:
+        raise StaleInputError(f"{OCCURRENCE_QUALITY.name} holds nothing for {species.slug}")
+    return sha256_hex(canonical_json({"rows": row[0], "digest": row[1]}).encode())
+
+
+@dataclass(frozen=True)
+class QualityCounts:
+    records: int
+    flagged: int
+    # Per test (enabled or not, in TESTS order): records it flagged, and records it was the first reason for.
+    by_test: Mapping[str, tuple[int, int]]
+
+
+def quality_counts(conn: psycopg.Connection, species: Species) -> QualityCounts:
+    """A species' records, how many any test flagged, and per test its flags and first reasons."""
+    table = sql.Identifier(OCCURRENCE_QUALITY.name)
+    flags = sql.SQL(", ").join(
+        sql.SQL("count(*) FILTER (WHERE {})").format(sql.Identifier(test.column)) for test in TESTS
+    )
+    parameters = {"species_id": species.species_id}
+    row = conn.execute(
+        load_sql(PACKAGE, "select_quality_counts").format(table=table, flags=flags), parameters
+    ).fetchone()
+    assert row is not None
+    first: dict[str, int] = {
+        str(name): int(count)
+        for name, count in conn.execute(
+            load_sql(PACKAGE, "select_first_flag_counts").format(table=table), parameters
+        ).fetchall()
+    }
+    by_test = {test.name: (int(row[2 + i]), int(first.get(test.name, 0))) for i, test in enumerate(TESTS)}
+    return QualityCounts(int(row[0]), int(row[1]), by_test)

@@ -1,0 +1,179 @@
+"""The reference layers of the quality tests: Natural Earth 1:50m, shipped in ``quality/reference/``.
+
+Countries (admin-0), land, populated places (for the capitals), urban areas and admin-1 provinces (this 50m
+file has them for Australia, Brazil, Canada and the USA only), public domain (PROVENANCE.md beside them).
+They are versioned inputs: the table ``quality_references`` is loaded under a job key whose input is the
+files' sha256, and every test that reads a layer has that layer's sha256 in its part of the key of
+``occurrence_quality``. Dagster-free.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.refresh import WHOLE_TARGET, RefreshOutcome, refresh_partition
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.targets import Target
+
+PACKAGE = "surveillance_pipeline.quality"
+QUALITY_REFERENCES = Target("quality_references", PACKAGE, "create_quality_references")
+REFERENCE_FOLDER = Path(__file__).with_name("reference")
+
+# Layer name -> its file in REFERENCE_FOLDER.
+LAYER_FILES = {
+    "countries": "ne_50m_admin_0_countries.json.gz",
+    "land": "ne_50m_land.json.gz",
+    "places": "ne_50m_populated_places_simple.json.gz",
+    "provinces": "ne_50m_admin_1_states_provinces.json.gz",
+    "urban": "ne_50m_urban_areas.json.gz",
+}
+# A country's capital, as Natural Earth's populated places class it ("alt": a second seat, such as Bolivia's).
+CAPITAL_CLASSES = ("Admin-0 capital", "Admin-0 capital alt")
+# Natural Earth 4.0.0 gives some countries ISO_A2 -99; their ISO code by ADM0_A3 (the rest have none).
+ISO_A2_BY_ADM0_A3 = {"FRA": "FR", "NOR": "NO", "KOS": "XK"}
+NO_CODE = "-99"
+
+
+@dataclass(frozen=True)
+class ReferenceLayers:
+    """The folder the layers are read from (the shipped one unless a test gives another)."""
+
+    folder: Path = REFERENCE_FOLDER
+
+    def path(self, layer: str) -> Path:
+        return self.folder / LAYER_FILES[layer]
+
+    def sha256s(self) -> dict[str, str]:
+        return {layer: _layer_sha256(self.path(layer)) for layer in sorted(LAYER_FILES)}
+
+    def parts(self) -> JobKeyParts:
+        return QUALITY_REFERENCES.key_parts(sha256_hex(canonical_json(self.sha256s()).encode()), {})
+
+
+@cache
+def _layer_sha256_cached(path: Path, size: int, mtime_ns: int) -> str:
+    return sha256_file(path)
+
+
+def _layer_sha256(path: Path) -> str:
+    """The file's sha256, hashed once per process for one size and modification time."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise InputError(path, "file", None, "reference layer not found") from None
+    return _layer_sha256_cached(path, stat.st_size, stat.st_mtime_ns)
+
+
+def _features(path: Path) -> list[dict[str, Any]]:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise InputError(path, "file", None, f"not a gzip-compressed GeoJSON file: {error}") from None
+    features = document.get("features") if isinstance(document, dict) else None
+    if not isinstance(features, list) or not features:
+        raise InputError(path, "features", None, "no features")
+    return features
+
+
+def _property(path: Path, index: int, feature: dict[str, Any], name: str) -> Any:
+    properties = feature.get("properties")
+    if not isinstance(properties, dict) or name not in properties:
+        raise InputError(path, f"feature {index}", name, "missing property")
+    return properties[name]
+
+
+def _geometry(path: Path, index: int, feature: dict[str, Any]) -> str:
+    geometry = feature.get("geometry")
+    if not isinstance(geometry, dict) or "type" not in geometry:
+        raise InputError(path, f"feature {index}", "geometry", "missing geometry")
+    return json.dumps(geometry, separators=(",", ":"))
+
+
+def country_code(iso_a2: Any, adm0_a3: Any) -> str | None:
+    """ISO 3166-1 alpha-2 of a Natural Earth country, or None where it has none."""
+    if isinstance(iso_a2, str) and iso_a2 != NO_CODE and len(iso_a2) == 2:
+        return iso_a2
+    return ISO_A2_BY_ADM0_A3.get(str(adm0_a3))
+
+
+def reference_rows(layers: ReferenceLayers) -> Iterator[tuple[str, int, str | None, str | None, str]]:
+    """(layer, feature number, code, name, GeoJSON geometry) of every feature the tests read."""
+    path = layers.path("countries")
+    for index, feature in enumerate(_features(path)):
+        code = country_code(
+            _property(path, index, feature, "ISO_A2"), _property(path, index, feature, "ADM0_A3")
+        )
+        yield (
+            "countries",
+            index,
+            code,
+            str(_property(path, index, feature, "ADMIN")),
+            _geometry(path, index, feature),
+        )
+    path = layers.path("land")
+    for index, feature in enumerate(_features(path)):
+        yield "land", index, None, None, _geometry(path, index, feature)
+    path = layers.path("urban")
+    for index, feature in enumerate(_features(path)):
+        yield "urban", index, None, None, _geometry(path, index, feature)
+    path = layers.path("places")
+    for index, feature in enumerate(_features(path)):
+        if _property(path, index, feature, "featurecla") in CAPITAL_CLASSES:
+            code = country_code(
+                _property(path, index, feature, "iso_a2"), _property(path, index, feature, "adm0_a3")
+            )
+            yield (
+                "capitals",
+                index,
+                code,
+                str(_property(path, index, feature, "name")),
+                _geometry(path, index, feature),
+            )
+    path = layers.path("provinces")
+    for index, feature in enumerate(_features(path)):
+        code = country_code(
+            _property(path, index, feature, "iso_a2"), _property(path, index, feature, "adm0_a3")
+        )
+        yield (
+            "provinces",
+            index,
+            code,
+            str(_property(path, index, feature, "name")),
+            _geometry(path, index, feature),
+        )
+
+
+def load_quality_references(conn: psycopg.Connection, layers: ReferenceLayers, run_id: str) -> RefreshOutcome:
+    """Make ``quality_references`` hold these layers, or skip when it already does (same files)."""
+
+    def replace_rows(connection: psycopg.Connection) -> int:
+        table = sql.Identifier(QUALITY_REFERENCES.name)
+        connection.execute(sql.SQL("DELETE FROM {}").format(table))
+        connection.execute(load_sql(PACKAGE, "create_incoming_reference_features"))
+        with connection.cursor().copy(
+            "COPY incoming_reference_features (layer, feature, code, name, geojson) FROM STDIN"
+        ) as copy:
+            for row in reference_rows(layers):
+                copy.write_row(row)
+        return connection.execute(load_sql(PACKAGE, "insert_quality_references").format(table=table)).rowcount
+
+    return refresh_partition(
+        conn,
+        target=QUALITY_REFERENCES,
+        partition_key=WHOLE_TARGET,
+        parts=layers.parts(),
+        replace_rows=replace_rows,
+        run_id=run_id,
+    )
