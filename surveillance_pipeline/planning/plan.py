@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from surveillance_pipeline.core.day_files import is_day_file_name
+from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, partition_watch
 from surveillance_pipeline.core.keys import (
     JobKeyParts,
@@ -50,7 +51,7 @@ from surveillance_pipeline.quality.settings import configured_rules
 from surveillance_pipeline.releases.build import export_parts, sample_export_parts
 from surveillance_pipeline.releases.exports import export_is_current
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
-from surveillance_pipeline.releases.masking import MaskingRules, masked_release_parts
+from surveillance_pipeline.releases.masking import MaskingRules, masked_release_parts, release_input
 from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_job_parts
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
 from surveillance_pipeline.snapshots.devil import (
@@ -270,7 +271,7 @@ class Planner:
             slug,
             self.table(OCCURRENCES, slug, ref, occurrence_parts, [("gbif_derived", derived_step)]),
         )
-        add(OCCURRENCE_QUALITY.name, slug, self.quality(species, raw_step, occurrences, references))
+        quality = add(OCCURRENCE_QUALITY.name, slug, self.quality(species, raw_step, occurrences, references))
         occurrences_key = self.held_key(OCCURRENCES.name, slug)
         cap = int(op_config("occurrence_sample").get("cap", 100))
         sample_parts = sample_job_parts(occurrences_key, cap) if occurrences_key else None
@@ -279,13 +280,29 @@ class Planner:
             slug,
             self.table(OCCURRENCE_SAMPLE, slug, ref, sample_parts, [("occurrences", occurrences)]),
         )
-        release_parts = masked_release_parts(occurrences_key, MaskingRules(**op_config("masked_release")))
-        current = export_is_current(self.paths.partition(MASKED_RELEASE, slug), release_parts.key)
-        add(
-            MASKED_RELEASE,
-            slug,
-            self.output(MASKED_RELEASE, slug, release_parts, current, [("occurrences", occurrences)]),
-        )
+        rules = MaskingRules(**op_config("masked_release"))
+        release_upstream = [("occurrences", occurrences)]
+        if rules.drops_flagged:
+            release_upstream.append((OCCURRENCE_QUALITY.name, quality))
+        try:
+            release_parts = masked_release_parts(
+                release_input(self.conn, slug, rules, occurrences_key)[0], rules
+            )
+        except StaleInputError:
+            # No flags made for these rows yet: the run makes them first (occurrence_quality's step says so).
+            release_parts = None
+        if release_parts is None:
+            unknown = Step(LOAD, "input changed", True)
+            if last_recorded_output(self.conn, MASKED_RELEASE, slug) is None:
+                unknown = Step(LOAD, "first load", True)
+            add(MASKED_RELEASE, slug, _after(release_upstream) or unknown)
+        else:
+            current = export_is_current(self.paths.partition(MASKED_RELEASE, slug), release_parts.key)
+            add(
+                MASKED_RELEASE,
+                slug,
+                self.output(MASKED_RELEASE, slug, release_parts, current, release_upstream),
+            )
 
         geocoded = add("geocoded_localities", slug, self.geocoded(species, raw_step))
         inputs = {

@@ -10,6 +10,7 @@ version and parameters, with the sha256 of every layer the test reads. Dagster-f
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -91,16 +92,18 @@ def quality_parts_of(
     rules: QualityRules,
     layers: ReferenceLayers,
 ) -> JobKeyParts:
-    """The key of a species' quality rows from its inputs' keys (the plan reads them without a lock)."""
+    """The key of a species' quality rows from its inputs' keys (the plan reads them without a lock).
+
+    The input is the inputs' canonical JSON itself, not its hash: a reader of the partition (the masked
+    release) can tell which occurrences key its flags were made for.
+    """
     inputs = {
         "raw": raw_sha256,
         "occurrences": occurrences_key,
         "quality_references": references_key,
         "terrestrial": species.terrestrial,
     }
-    return OCCURRENCE_QUALITY.key_parts(
-        sha256_hex(canonical_json(inputs).encode()), quality_config(rules, layers)
-    )
+    return OCCURRENCE_QUALITY.key_parts(canonical_json(inputs), quality_config(rules, layers))
 
 
 def quality_config(rules: QualityRules, layers: ReferenceLayers) -> dict[str, Any]:
@@ -308,6 +311,37 @@ def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str 
         yield row
 
 
+def flags_for_release(
+    conn: psycopg.Connection, slug: str, occurrences_key: str
+) -> tuple[str, dict[str, Any]]:
+    """What a release over the flags reads: the partition's content version and its key's config (each
+    test's version and parameters), share-locked; refused while the flags were made for other rows of
+    occurrences than ``occurrences_key``, or edited outside the pipeline."""
+    row = conn.execute(
+        load_sql(PACKAGE, "select_quality_for_share"),
+        {"target": OCCURRENCE_QUALITY.name, "partition_key": slug},
+    ).fetchone()
+    if row is None:
+        raise StaleInputError(f"occurrence_quality holds nothing for {slug!r}: materialize it first")
+    parts, rows, digest, edits = row
+    if edits:
+        raise StaleInputError(
+            f"occurrence_quality partition {slug!r} was edited outside the pipeline ({edits}) since its "
+            f"load: materialize occurrence_quality for {slug!r} to repair it first"
+        )
+    made_for = json.loads(parts["input"]).get("occurrences") if isinstance(parts.get("input"), str) else None
+    if made_for != occurrences_key:
+        raise StaleInputError(
+            f"occurrence_quality of {slug!r} was made for other rows of occurrences: materialize "
+            f"occurrence_quality for {slug!r} first"
+        )
+    return content_version(rows, digest), dict(parts.get("config") or {})
+
+
+def content_version(rows: Any, digest: Any) -> str:
+    return sha256_hex(canonical_json({"rows": rows, "digest": digest}).encode())
+
+
 def held_rows_digest(conn: psycopg.Connection, species: Species) -> str:
     """The partition's content version: sha256 of its rows' count and digest as its load recorded them.
 
@@ -321,7 +355,17 @@ def held_rows_digest(conn: psycopg.Connection, species: Species) -> str:
     ).fetchone()
     if row is None:
         raise StaleInputError(f"{OCCURRENCE_QUALITY.name} holds nothing for {species.slug}")
-    return sha256_hex(canonical_json({"rows": row[0], "digest": row[1]}).encode())
+    return content_version(row[0], row[1])
+
+
+def first_flag_counts(conn: psycopg.Connection, species_id: int) -> dict[str, int]:
+    """Per test, the species' records it was the first to flag (tests that flagged none left out)."""
+    query = load_sql(PACKAGE, "select_first_flag_counts").format(
+        table=sql.Identifier(OCCURRENCE_QUALITY.name)
+    )
+    return {
+        str(name): int(count) for name, count in conn.execute(query, {"species_id": species_id}).fetchall()
+    }
 
 
 @dataclass(frozen=True)
@@ -343,11 +387,6 @@ def quality_counts(conn: psycopg.Connection, species: Species) -> QualityCounts:
         load_sql(PACKAGE, "select_quality_counts").format(table=table, flags=flags), parameters
     ).fetchone()
     assert row is not None
-    first: dict[str, int] = {
-        str(name): int(count)
-        for name, count in conn.execute(
-            load_sql(PACKAGE, "select_first_flag_counts").format(table=table), parameters
-        ).fetchall()
-    }
+    first = first_flag_counts(conn, species.species_id)
     by_test = {test.name: (int(row[2 + i]), int(first.get(test.name, 0))) for i, test in enumerate(TESTS)}
     return QualityCounts(int(row[0]), int(row[1]), by_test)

@@ -25,6 +25,7 @@ from surveillance_pipeline.orchestration.reporting import (
     report_partitions,
 )
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, GbifSource, Warehouse
+from surveillance_pipeline.quality.rules import POLICY_ANY_ENABLED
 from surveillance_pipeline.releases.build import (
     EXPORT_VERSION,
     BuiltExport,
@@ -212,15 +213,17 @@ def register_derived_dataset() -> None:
 
 
 class MaskedReleaseConfig(dg.Config):
-    """The donut each point is moved within, in geodesic metres (WGS84): enters the job key."""
+    """The donut each point is moved within, in geodesic metres (WGS84), and the release policy over the
+    quality flags (drop_any_flagged: leave out what any enabled test flags; keep_all): enter the job key."""
 
     min_m: float = DEFAULT_MIN_M
     max_m: float = DEFAULT_MAX_M
+    policy: str = POLICY_ANY_ENABLED
 
 
 @species_asset(
     group_name="releases",
-    deps=[dg.AssetKey("occurrences")],
+    deps=[dg.AssetKey("occurrences"), dg.AssetKey("occurrence_quality")],
     metadata=outputs_metadata(
         folders=[MASKED_RELEASE, f"figures/{MASKED_RELEASE}", f"memos/{MASKED_RELEASE}"]
     ),
@@ -229,12 +232,13 @@ class MaskedReleaseConfig(dg.Config):
     description="data/masked_release/<slug>/: the species' occurrences, each point moved between min_m and "
     "max_m metres in a random direction (donut geomasking), as CSV, GeoParquet and manifest.json. The "
     "randomness is a seed derived from the partition and the occurrences job key (in metadata and "
-    "provenance), so `replay` regenerates a release byte for byte.",
+    "provenance), so `replay` regenerates a release byte for byte. The release policy (config) leaves out "
+    "the records occurrence_quality flags; the manifest names each test's version, parameters and count.",
 )
 def masked_release(
     context: dg.AssetExecutionContext, config: MaskedReleaseConfig, warehouse: Warehouse, paths: DataPaths
 ) -> PartitionEvents:
-    rules = MaskingRules(min_m=config.min_m, max_m=config.max_m)
+    rules = MaskingRules(min_m=config.min_m, max_m=config.max_m, policy=config.policy)
     with warehouse.connect() as conn:
         held = held_release_inputs(conn)
 
@@ -272,6 +276,8 @@ def masked_release(
                 seed=str(release.seed),
                 logical_run_id=release.logical_run_id,
                 manifest_sha256=release.manifest_sha256,
+                policy=rules.policy,
+                excluded=release.excluded,
             )
 
         yield from report_partitions(context, release_partition)

@@ -15,6 +15,7 @@ of millions of rows holds a few pages in memory, not the species.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fingerprints import verify_every_skip
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import (
@@ -41,6 +43,8 @@ from surveillance_pipeline.core.refresh import (
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.occurrences.load import OCCURRENCES
+from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, first_flag_counts, flags_for_release
+from surveillance_pipeline.quality.rules import POLICIES, POLICY_ANY_ENABLED
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
     GEOPARQUET_FORMAT,
@@ -98,11 +102,19 @@ class MaskingRules:
 
     min_m: float = DEFAULT_MIN_M
     max_m: float = DEFAULT_MAX_M
+    # The release policy over occurrence_quality's flags: which records the release leaves out.
+    policy: str = POLICY_ANY_ENABLED
 
     def as_config(self) -> dict[str, Any]:
         if not 0 <= self.min_m < self.max_m:
             raise ValueError(f"masked_release: need 0 <= min_m < max_m, got {self.min_m} and {self.max_m}")
-        return {"min_m": float(self.min_m), "max_m": float(self.max_m)}
+        if self.policy not in POLICIES:
+            raise ValueError(f"masked_release: unknown policy {self.policy!r} (known: {', '.join(POLICIES)})")
+        return {"min_m": float(self.min_m), "max_m": float(self.max_m), "policy": self.policy}
+
+    @property
+    def drops_flagged(self) -> bool:
+        return self.policy == POLICY_ANY_ENABLED
 
 
 def donut_mask(
@@ -203,12 +215,14 @@ _FIELD = "coalesce({}::text, '')"
 _QUOTED_FIELD = "coalesce('\"' || replace({}, '\"', '\"\"') || '\"', '')"
 
 
-def _pages(conn: psycopg.Connection, species_id: int, columns: Sequence[str]) -> Iterator[pa.Table]:
+def _pages(
+    conn: psycopg.Connection, species_id: int, columns: Sequence[str], kept: sql.Composable
+) -> Iterator[pa.Table]:
     """The species' rows in id order, ``PAGE_ROWS`` at a time, as Arrow columns (COPY's CSV parsed in C)."""
     page_rows = PAGE_ROWS
     after = _BEFORE_EVERY_ID
     while True:
-        page = _read_page(conn, species_id, columns, after, page_rows)
+        page = _read_page(conn, species_id, columns, after, page_rows, kept)
         ids = page.column("id").to_numpy()
         if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             raise ValueError(f"species {species_id}: rows must arrive in ascending id order")
@@ -220,14 +234,19 @@ def _pages(conn: psycopg.Connection, species_id: int, columns: Sequence[str]) ->
 
 
 def _read_page(
-    conn: psycopg.Connection, species_id: int, columns: Sequence[str], after: int, rows: int
+    conn: psycopg.Connection,
+    species_id: int,
+    columns: Sequence[str],
+    after: int,
+    rows: int,
+    kept: sql.Composable,
 ) -> pa.Table:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     fields = [sql.SQL(_QUOTED_FIELD if c == "license" else _FIELD).format(sql.Identifier(c)) for c in columns]
     statement = load_sql(PACKAGE, "select_masked_release_page").format(
-        line=sql.SQL(" || ',' || ").join(fields)
+        line=sql.SQL(" || ',' || ").join(fields), kept=kept
     )
     # Shortest-exact float text whatever the server's default: the coordinates parse back bit for bit.
     conn.execute("SET LOCAL extra_float_digits = 3")
@@ -298,6 +317,8 @@ class MaskedRelease:
     # Rows per displacement bin (displacement_edges), when known: drawn on a build, recorded, read back on a
     # skip; for the UI only.
     displacement_counts: list[int] | None = None
+    # Records the release policy left out (from the manifest; 0 under keep_all).
+    excluded: int = 0
 
     def detail(self) -> dict[str, Any]:
         """What the provenance row keeps so ``replay`` can regenerate this release (and the histogram)."""
@@ -312,6 +333,26 @@ class MaskedRelease:
                 else {}
             ),
         }
+
+
+def kept_records(rules: MaskingRules) -> sql.Composable:
+    """The release's row filter (a condition on ``occurrences``) for its policy."""
+    if not rules.drops_flagged:
+        return sql.SQL("TRUE")
+    return load_sql(PACKAGE, "condition_not_flagged").format(quality=sql.Identifier(OCCURRENCE_QUALITY.name))
+
+
+def release_input(
+    conn: psycopg.Connection, slug: str, rules: MaskingRules, occurrences_key: str
+) -> tuple[str, dict[str, Any]]:
+    """The release's input: what occurrences holds and, under a policy over the flags, what
+    occurrence_quality holds for those rows (its content version, so a threshold change that flags the
+    same records rebuilds nothing); and the tests' versions and parameters the policy applies."""
+    if not rules.drops_flagged:
+        return occurrences_key, {}
+    version, tests = flags_for_release(conn, slug, occurrences_key)
+    combined = canonical_json({"occurrences": occurrences_key, OCCURRENCE_QUALITY.name: version})
+    return sha256_hex(combined.encode("utf-8")), tests
 
 
 def masked_release_parts(input_job_key: str, rules: MaskingRules) -> JobKeyParts:
@@ -345,16 +386,20 @@ def build_masked_release(
     recover_partition_folder(folder)
     if stamps is not None and (held.verifying if held is not None else verify_every_skip(conn)):
         stamps = None
-    held_input = held.get(OCCURRENCES.name, slug) if held is not None else None
-    if held_input is not None and not rebuild and expected_input is None:
-        kept = _kept_release(conn, slug, rules, folder, held_input, stamps)
+    held_occurrences = held.get(OCCURRENCES.name, slug) if held is not None else None
+    held_input = None  # not tried
+    if held_occurrences is not None and not rebuild and expected_input is None:
+        try:
+            held_input = release_input(conn, slug, rules, held_occurrences)[0]
+        except StaleInputError:
+            pass  # the transaction below reads it again, under its lock, and says why
+        kept = _kept_release(conn, slug, rules, folder, held_input, stamps) if held_input else None
         if kept is not None:
             return kept
-    else:
-        held_input = None  # not tried
     with conn.transaction():
-        # Share-locks occurrences' state row: its rows cannot be reloaded while we read them.
-        input_key = upstream_job_key(conn, OCCURRENCES.name, slug)
+        # Share-locks occurrences' state row (and occurrence_quality's): their rows cannot be reloaded
+        # while we read them.
+        input_key, tests = release_input(conn, slug, rules, upstream_job_key(conn, OCCURRENCES.name, slug))
         if expected_input is not None and input_key != expected_input:
             raise ValueError(
                 f"occurrences for {slug!r} now holds job key {input_key}, not {expected_input}: the release "
@@ -368,19 +413,27 @@ def build_masked_release(
         parts = masked_release_parts(input_key, rules)
         logical = logical_run_id(slug, input_key)
         seed = derived_seed(logical, STAGE)
-        extra = {
-            "masking": {"stage": STAGE, "logical_run_id": logical, "seed": seed, "displacement": DISPLACEMENT}
-        }
         found = conn.execute(load_sql(PACKAGE, "select_species_id"), {"slug": slug}).fetchone()
         species_id = int(found[0]) if found is not None else None
+        kept_rows = kept_records(rules)
+        extra = {
+            "masking": {
+                "stage": STAGE,
+                "logical_run_id": logical,
+                "seed": seed,
+                "displacement": DISPLACEMENT,
+            },
+            "policy": _policy_record(conn, rules, tests, species_id),
+        }
         totals: tuple[int, ...] = (0, 0, 0, 0, 0)
         if species_id is not None:
-            row = conn.execute(load_sql(PACKAGE, "select_masked_release_counts"), {"species_id": species_id})
+            counting = load_sql(PACKAGE, "select_masked_release_counts").format(kept=kept_rows)
+            row = conn.execute(counting, {"species_id": species_id})
             totals = tuple(int(n) for n in (row.fetchone() or totals))
         count, years, longitudes, latitudes, licenses = totals
         if species_id is None or count == 0 or longitudes == 0 or longitudes != latitudes:
             # No point to write (or none at all): geopandas types such a file, from the rows in memory.
-            table = _read_page(conn, species_id or 0, _COPIED, _BEFORE_EVERY_ID, max(count, 1))
+            table = _read_page(conn, species_id or 0, _COPIED, _BEFORE_EVERY_ID, max(count, 1), kept_rows)
             released, counts = masked_columns(table, slug, rules, seed)
             files = [
                 csv_export_columns(f"{slug}.csv", released),
@@ -389,7 +442,8 @@ def build_masked_release(
             manifest = publish_export(folder, files, parts, ORDER, extra)
             if stamps is not None:
                 remember_export_stamps(folder, stamps)
-            return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts)
+            excluded = int(extra["policy"]["excluded"])
+            return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts, excluded)
         import pyarrow as pa
 
         kinds = {
@@ -400,14 +454,14 @@ def build_masked_release(
             "latitude": "float64",
             "license": geoparquet_kind(pa.large_string(), count - licenses, count),
         }
-        bbox, counts = _bbox_and_histogram(conn, species_id, slug, count, rules, seed)
+        bbox, counts = _bbox_and_histogram(conn, species_id, slug, count, rules, seed, kept_rows)
 
         def write_files(staging: Path) -> list[WrittenFile]:
             csv = CsvStream(staging / f"{slug}.csv", COLUMNS)
             parquet_path = staging / f"{slug}.parquet"
             parquet = GeoParquetStream(str(parquet_path), kinds, bbox)
             page_draws = DonutDraws(count, rules, seed)
-            for page in _pages(conn, species_id, _COPIED):
+            for page in _pages(conn, species_id, _COPIED, kept_rows):
                 released, _, _ = _masked_page(page, slug, page_draws)
                 csv.write(released)
                 parquet.write(released)
@@ -421,7 +475,8 @@ def build_masked_release(
         manifest = publish_written_export(folder, write_files, parts, ORDER, extra)
         if stamps is not None:
             remember_export_stamps(folder, stamps)
-    return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts)
+    excluded = int(extra["policy"]["excluded"])
+    return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts, excluded)
 
 
 def _kept_release(
@@ -440,6 +495,7 @@ def _kept_release(
     recorded = last_recorded_output(conn, STAGE, slug)
     same = recorded is not None and recorded.job_key == parts.key
     counts = recorded.detail.get("displacement_counts") if same and recorded is not None else None
+    policy = json.loads((folder / MANIFEST).read_bytes()).get("policy", {})
     return MaskedRelease(
         parts,
         logical,
@@ -448,11 +504,35 @@ def _kept_release(
         sha256_file(folder / MANIFEST),
         False,
         counts,
+        int(policy.get("excluded", 0)),
     )
 
 
+def _policy_record(
+    conn: psycopg.Connection, rules: MaskingRules, tests: dict[str, Any], species_id: int | None
+) -> dict[str, Any]:
+    """The manifest's account of the policy: its name, each test's version and parameters as
+    occurrence_quality applied them, and how many records each test was the first to exclude."""
+    if not rules.drops_flagged:
+        return {"name": rules.policy, "excluded": 0}
+    excluded = first_flag_counts(conn, species_id) if species_id is not None else {}
+    return {
+        "name": rules.policy,
+        "rule": "leave out every record that an enabled test flags (occurrence_quality.first_flag is set)",
+        "tests": tests,
+        "excluded": sum(excluded.values()),
+        "excluded_by_first_reason": excluded,
+    }
+
+
 def _bbox_and_histogram(
-    conn: psycopg.Connection, species_id: int, slug: str, count: int, rules: MaskingRules, seed: int
+    conn: psycopg.Connection,
+    species_id: int,
+    slug: str,
+    count: int,
+    rules: MaskingRules,
+    seed: int,
+    kept: sql.Composable,
 ) -> tuple[list[float], list[int]]:
     """A first pass over the points: their masked bounding box, which the GeoParquet's metadata holds
     before its first row, and the displacement histogram. The second pass masks again (the same draws)
@@ -460,7 +540,7 @@ def _bbox_and_histogram(
     bbox: list[float] | None = None
     histograms: list[np.ndarray] = []
     draws = DonutDraws(count, rules, seed)
-    for page in _pages(conn, species_id, _POINTS):
+    for page in _pages(conn, species_id, _POINTS, kept):
         released, radius, has_point = _masked_page(page, slug, draws)
         histograms.append(np.asarray(_histogram(radius[has_point], rules)))
         if has_point.any():

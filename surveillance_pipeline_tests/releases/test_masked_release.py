@@ -13,11 +13,13 @@ import psycopg
 import pytest
 from pyproj import Geod
 
-from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import file_stamp
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.orchestration.resources import Warehouse
+from surveillance_pipeline.quality.assets import occurrence_quality
+from surveillance_pipeline.quality.flags import content_version
 from surveillance_pipeline.releases.assets import masked_release
 from surveillance_pipeline.releases.exports import MANIFEST
 from surveillance_pipeline.releases.masking import (
@@ -33,7 +35,7 @@ from surveillance_pipeline.releases.replay import main as replay_main
 from surveillance_pipeline.releases.replay import replay_masked_release
 from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, materialize, metadata, resources
 
-RELEASE = [*SPINE, masked_release]
+RELEASE = [*SPINE, occurrence_quality, masked_release]
 
 
 @pytest.mark.parametrize(
@@ -104,7 +106,7 @@ def test_the_same_seed_gives_the_same_points_and_missing_coordinates_stay_missin
 
 def test_no_projection_enters_the_job_key_config():
     # Distances are geodesic, so a CRS would key releases apart that hold the same points.
-    assert MaskingRules().as_config() == {"min_m": 100.0, "max_m": 1000.0}
+    assert MaskingRules().as_config() == {"min_m": 100.0, "max_m": 1000.0, "policy": "drop_any_flagged"}
 
 
 def test_masked_rows_do_not_depend_on_the_order_rows_arrive_in():
@@ -147,11 +149,26 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
     occurrences_key = db.execute(
         "SELECT job_key FROM target_state WHERE target = 'occurrences' AND partition_key = %s", [DEVIL]
     ).fetchone()[0]
-    expected_seed = derived_seed(logical_run_id(DEVIL, occurrences_key), STAGE)
+    # The input: what occurrences holds and, under the default policy, the content of the flags it applies.
+    quality = db.execute(
+        "SELECT rows, digest FROM target_state WHERE target = 'occurrence_quality' AND partition_key = %s",
+        [DEVIL],
+    ).fetchone()
+    release_input = sha256_hex(
+        canonical_json(
+            {"occurrences": occurrences_key, "occurrence_quality": content_version(*quality)}
+        ).encode()
+    )
+    assert manifest["job_key_parts"]["input"] == release_input
+    expected_seed = derived_seed(logical_run_id(DEVIL, release_input), STAGE)
     assert detail["seed"] == expected_seed == int(first["seed"]) == manifest["masking"]["seed"]
     assert detail["manifest_sha256"] == first["manifest_sha256"] == sha256_file(folder / MANIFEST)
     # No crs: the donut is geodesic (MASKING_VERSION 2), so no projection shapes the rows.
-    assert manifest["job_key_parts"]["config"] == {"min_m": 100.0, "max_m": 1000.0}
+    assert manifest["job_key_parts"]["config"] == {
+        "min_m": 100.0,
+        "max_m": 1000.0,
+        "policy": "drop_any_flagged",
+    }
     assert manifest["masking"]["displacement"] == DISPLACEMENT
 
     # A staging folder a killed run left: deleted at the next start, even by a run that skips.

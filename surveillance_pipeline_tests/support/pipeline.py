@@ -35,6 +35,7 @@ from surveillance_pipeline.samples.assets import (
     sample_engines_agree,
 )
 from surveillance_pipeline.samples.rules import md5_text
+from surveillance_pipeline_tests.support.quality_probes import planted_records
 
 SPINE = [gbif_raw, gbif_derived, occurrences]
 SAMPLED = [*SPINE, occurrence_sample]
@@ -101,12 +102,21 @@ def shuffle(records):
     return shuffled
 
 
+def bad_individual_count(records):
+    """The record with the lowest id counts "many" individuals: not a number GBIF would serve."""
+    edited = sorted(records, key=lambda r: r["key"])
+    edited[0] = {**edited[0], "individualCount": "many"}
+    return edited
+
+
 EDITS: dict[str, RecordEdit] = {
     "none": lambda records: records,
     "drop_lowest_id": drop_lowest_id,
     "reverse": lambda records: list(reversed(records)),
     "shuffle": shuffle,
     "add_record_before_the_100th_pick": add_record_before_the_100th_pick,
+    "quality_probes": planted_records,
+    "bad_individual_count": bad_individual_count,
 }
 
 

@@ -2,4 +2,4 @@
 -- (pandas makes an integer column with a null float64) must be known before its first row is written.
 SELECT count(*), count(year), count(longitude), count(latitude), count(license)
 FROM occurrences
-WHERE species_id = %(species_id)s
+WHERE species_id = %(species_id)s AND {kept}

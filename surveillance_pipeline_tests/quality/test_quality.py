@@ -1,0 +1,330 @@
+"""occurrence_quality: each test flags just inside its limit and not just outside; config in the key, the
+rows' digest as the data version; bad input named and nothing changed; the reference layers versioned."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import numpy as np
+import pytest
+from shapely.geometry import Point, shape
+
+from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.quality.assets import occurrence_quality
+from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_points
+from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
+from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
+from surveillance_pipeline.quality.settings import configured_rules
+from surveillance_pipeline.releases.assets import masked_release
+from surveillance_pipeline_tests.support.pipeline import (
+    DEVIL,
+    SPINE,
+    data_version,
+    metadata,
+    resources,
+    rows_md5,
+)
+from surveillance_pipeline_tests.support.quality_probes import (
+    BASE_RECORDS,
+    FIRST_KEY,
+    _features,
+    probe_keys,
+    probes,
+)
+
+FLAGS = [test.column for test in TESTS]
+QUALITY_CHAIN = [*SPINE, occurrence_quality]
+
+
+def _materialize(
+    instance, database_url, data_dir, *, edit="quality_probes", config=None, partition=DEVIL, **kw
+):
+    run_config = {"ops": {"occurrence_quality": {"config": config}}} if config else {}
+    return dg.materialize(
+        QUALITY_CHAIN,
+        instance=instance,
+        partition_key=partition,
+        resources=resources(database_url, data_dir, edit),
+        run_config=run_config,
+        **kw,
+    )
+
+
+def _flags(db, species_id: int) -> dict[int, dict[str, object]]:
+    columns = ", ".join(FLAGS)
+    rows = db.execute(
+        f"SELECT id, first_flag, {columns} FROM occurrence_quality WHERE species_id = %s ORDER BY id",  # noqa: S608
+        [species_id],
+    ).fetchall()
+    return {row[0]: {"first_flag": row[1], **dict(zip(FLAGS, row[2:], strict=True))} for row in rows}
+
+
+def test_the_defaults_are_coordinatecleaners_and_gbifs_and_equal_settings_are_one_config():
+    rules = QualityRules.from_settings()
+    config = rules.as_config()
+    assert sorted(config) == sorted(test.name for test in TESTS if test.name != "urban")
+    assert config["uncertainty"] == {
+        "version": 1,
+        "limit_m": 10_000.0,
+        "placeholders_m": [301.0, 999.0, 3036.0, 9999.0],
+    }
+    assert config["capitals"]["radius_m"] == 10_000.0 and config["centroids"]["radius_m"] == 1_000.0
+    assert config["old"] == {"version": 1, "before_year": 1900}
+    assert "ZERO_COORDINATE" in config["gbif_issues"]["issues"]
+    assert config["basis"]["basis_of_record"] == ["FOSSIL_SPECIMEN", "LIVING_SPECIMEN"]
+    # 1900.0 and 1900 are one setting, placeholders in any order and type are one set: one key.
+    same = QualityRules.from_settings(
+        parameters={
+            "old": {"before_year": 1900.0},
+            "uncertainty": {"placeholders_m": [9999, 301, 3036, 999, 301]},
+        }
+    )
+    assert same.as_config() == config
+    with pytest.raises(QualityConfigError, match="unknown test"):
+        QualityRules.from_settings(disabled=["coastline"])
+    with pytest.raises(QualityConfigError, match="unknown parameter"):
+        QualityRules.from_settings(parameters={"sea": {"radius_m": 5.0}})
+    with pytest.raises(QualityConfigError, match=">= 0"):
+        QualityRules.from_settings(parameters={"capitals": {"radius_m": -1.0}})
+    with pytest.raises(QualityConfigError, match="whole number"):
+        QualityRules.from_settings(parameters={"old": {"before_year": 1899.5}})
+
+
+def test_the_run_config_wins_over_the_quality_file_which_wins_over_the_defaults(tmp_path):
+    file = tmp_path / "quality.yaml"
+    file.write_text("enabled_tests: [uncertainty, sea]\nuncertainty_limit_m: 5000\nsea_buffer_m: 500\n")
+    rules = configured_rules({"sea_buffer_m": 750.0, "old_before_year": None}, file)
+    assert sorted(rules.enabled) == ["sea", "uncertainty"]
+    assert rules.param("uncertainty", "limit_m") == 5000.0 and rules.param("sea", "buffer_m") == 750.0
+    file.write_text("uncertainty_limit_m: 5000\ncoast_buffer_m: 3\n")
+    with pytest.raises(InputError, match=r"quality\.yaml.*coast_buffer_m.*unknown setting"):
+        configured_rules({}, file)
+    file.write_text("uncertainty_limit_m: [5000\n")
+    with pytest.raises(InputError, match=r"quality\.yaml: line 2"):
+        configured_rules({}, file)
+
+
+@pytest.mark.db
+def test_the_reference_layers_load_once_per_version_and_skip(db):
+    ensure_state_tables(db)
+    first = load_quality_references(db, ReferenceLayers(), run_id="test")
+    again = load_quality_references(db, ReferenceLayers(), run_id="test")
+    assert (first.action, again.action) == ("loaded", "skipped") and first.job_key == again.job_key
+    layers = dict(
+        db.execute("SELECT layer, count(DISTINCT feature) FROM quality_references GROUP BY 1").fetchall()
+    )
+    # Natural Earth 4.0.0: 241 countries (of which 236 have an ISO code), 215 country capitals, 100 provinces.
+    assert layers["countries"] == 241 and layers["country_centroids"] == 241
+    assert layers["capitals"] == 215 and layers["province_centroids"] == 100
+    assert layers["land"] == 1420 and layers["urban"] == 2143
+    # France and Norway have ISO_A2 -99 in this version: their polygons still carry their codes.
+    codes = {
+        row[0] for row in db.execute("SELECT DISTINCT code FROM quality_references WHERE layer = 'countries'")
+    }
+    assert {"FR", "NO", "AU", "NZ"} <= codes and "-99" not in codes
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_each_test_flags_just_inside_its_limit_and_not_just_outside(db, database_url, data_dir):
+    with dg.instance_for_test() as instance:
+        shown = metadata(_materialize(instance, database_url, data_dir), "occurrence_quality")
+    devil = species_by_slug(DEVIL)
+    flags = _flags(db, devil.species_id)
+    keys = probe_keys()
+    assert len(flags) == BASE_RECORDS + len(keys) - 0 == shown["rows"]
+    wrong = {
+        (probe.name, column): flags[keys[probe.name]][column]
+        for probe in probes()
+        for column, expected in probe.expected.items()
+        if flags[keys[probe.name]][column] is not expected
+    }
+    assert wrong == {}
+    # The clean base: every enabled test passed; urban is off by default, so not evaluated.
+    for key in range(FIRST_KEY + 2, FIRST_KEY + BASE_RECORDS):
+        expected = {column: False for column in FLAGS} | {"flag_urban": None, "first_flag": None}
+        expected["flag_precision"] = None  # the base gives no coordinatePrecision: nothing to test
+        assert flags[key] == expected, key
+    # The first reason follows the tests' order: a fossil from 1850 is excluded for its basis.
+    assert flags[keys["fossil from 1850"]]["first_flag"] == "basis"
+    # GBIF is in Copenhagen: within 10 km of Denmark's capital, which comes first.
+    assert flags[keys["GBIF, 0.9 km"]]["first_flag"] == "capitals"
+    # The terms are kept, typed, from the search answer.
+    terms = db.execute(
+        "SELECT basis_of_record, coordinate_uncertainty_m, institution_code, issues FROM occurrence_quality"
+        " WHERE id = %s",
+        [keys["uncertainty over"]],
+    ).fetchone()
+    assert terms == ("HUMAN_OBSERVATION", 10000.5, "TMAG", [])
+    # The metadata's table counts what the rows hold.
+    by_test = {row["test"]: row for row in shown["tests"]}
+    for column in FLAGS:
+        name = column.removeprefix("flag_")
+        assert by_test[name]["flagged"] == sum(row[column] is True for row in flags.values()), name
+        assert by_test[name]["first_reason"] == sum(row["first_flag"] == name for row in flags.values())
+    assert shown["flagged"] == sum(row["first_flag"] is not None for row in flags.values())
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_threshold_change_reloads_but_the_data_version_moves_only_with_the_flags(
+    db, database_url, data_dir
+):
+    with dg.instance_for_test() as instance:
+        first = metadata(_materialize(instance, database_url, data_dir), "occurrence_quality")
+        version = data_version(instance, "occurrence_quality")
+        rows = rows_md5(db, "occurrence_quality")
+        # 10,000.2 m flags what 10,000 m flags here (10,000.0 passes, 10,000.5 is flagged): a reload under
+        # a new key whose rows, and so data version, are the same.
+        nudged = metadata(
+            _materialize(instance, database_url, data_dir, config={"uncertainty_limit_m": 10_000.2}),
+            "occurrence_quality",
+        )
+        assert (nudged["action"], nudged["reason"]) == ("loaded", "config changed (uncertainty)")
+        assert nudged["job_key"] != first["job_key"]
+        assert (
+            data_version(instance, "occurrence_quality") == version
+            and rows_md5(db, "occurrence_quality") == rows
+        )
+        # 10,001 m lets the 10,000.5 m record pass: another version.
+        moved = metadata(
+            _materialize(instance, database_url, data_dir, config={"uncertainty_limit_m": 10_001.0}),
+            "occurrence_quality",
+        )
+        assert moved["action"] == "loaded" and data_version(instance, "occurrence_quality") != version
+        assert (
+            _flags(db, species_by_slug(DEVIL).species_id)[probe_keys()["uncertainty over"]][
+                "flag_uncertainty"
+            ]
+            is False
+        )
+        # Back to the defaults: the first rows again (a return to an earlier config reloads it), then a skip.
+        back = metadata(_materialize(instance, database_url, data_dir), "occurrence_quality")
+        assert back["action"] == "loaded" and back["job_key"] == first["job_key"]
+        assert (
+            data_version(instance, "occurrence_quality") == version
+            and rows_md5(db, "occurrence_quality") == rows
+        )
+        skipped = metadata(_materialize(instance, database_url, data_dir), "occurrence_quality")
+        assert (skipped["action"], skipped["reason"]) == ("skipped", "nothing changed")
+        # Urban areas, off by default, on: Hobart's probe is flagged exactly when the shipped layer holds it.
+        urban = metadata(
+            _materialize(instance, database_url, data_dir, config={"enabled_tests": [t.name for t in TESTS]}),
+            "occurrence_quality",
+        )
+        assert urban["reason"] == "config changed (urban)"
+        hobart = Point(147.3272, -42.8821)
+        inside = any(shape(feature["geometry"]).contains(hobart) for feature in _features("urban"))
+        assert (
+            _flags(db, species_by_slug(DEVIL).species_id)[probe_keys()["in Hobart"]]["flag_urban"] is inside
+        )
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_species_that_lives_at_sea_is_never_flagged_for_the_sea(db, database_url, data_dir):
+    seal = species_by_slug("arctocephalus-pusillus")
+    assert seal.habitat == "marine" and not seal.terrestrial
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, edit="none", partition=seal.slug)
+    sea = db.execute(
+        "SELECT count(*), count(flag_sea), count(*) FILTER (WHERE decimal_longitude IS NOT NULL"
+        " AND flag_country IS NULL) FROM occurrence_quality WHERE species_id = %s",
+        [seal.species_id],
+    ).fetchone()
+    # Not one record evaluated for the sea; the country test leaves its points at sea alone too.
+    assert sea[0] > 0 and sea[1] == 0 and sea[2] > 0
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_bad_term_is_named_by_record_and_field_and_the_partition_keeps_its_rows(db, database_url, data_dir):
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, edit="none")
+        before = rows_md5(db, "occurrence_quality")
+        state = db.execute("SELECT job_key FROM target_state WHERE target = 'occurrence_quality'").fetchone()
+        result = _materialize(
+            instance, database_url, data_dir, edit="bad_individual_count", raise_on_error=False
+        )
+        assert not result.success
+        failure = next(
+            event for event in result.all_events if event.event_type_value == "STEP_FAILURE"
+        ).event_specific_data.error.to_string()
+        assert "sarcophilus-harrisii.json" in failure and "record 0" in failure
+        assert "individualCount" in failure and "'many'" in failure
+    assert rows_md5(db, "occurrence_quality") == before
+    assert (
+        db.execute("SELECT job_key FROM target_state WHERE target = 'occurrence_quality'").fetchone() == state
+    )
+
+
+def test_the_outliers_test_thins_to_cells_and_flags_the_far_point_either_way():
+    generator = np.random.default_rng(20261206)
+    # 20,000 distinct points over Tasmania and one record in Copenhagen.
+    longitude = np.append(generator.uniform(145.0, 148.0, 20_000), 12.58)
+    latitude = np.append(generator.uniform(-43.5, -41.0, 20_000), 55.67)
+    records = np.ones(len(longitude), dtype=np.int64)
+    parameters = OutlierParameters(multiplier=5.0, min_records=7, exact_up_to_points=10_000, cell_degrees=0.5)
+    thinned = outlier_points(longitude, latitude, records, parameters)
+    assert thinned is not None and thinned[-1] and not thinned[:-1].any()
+    exact = outlier_points(longitude[-2000:], latitude[-2000:], records[-2000:], parameters)
+    assert exact is not None and exact[-1] and not exact[:-1].any()
+    # Fewer records than the minimum: not evaluated.
+    assert outlier_points(longitude[:6], latitude[:6], records[:6], parameters) is None
+
+
+def _released_ids(data_dir) -> set[int]:
+    text = (data_dir / "masked_release" / DEVIL / f"{DEVIL}.csv").read_text(encoding="utf-8")
+    return {int(line.split(",", 1)[0]) for line in text.splitlines()[1:]}
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_the_release_leaves_out_exactly_what_its_policy_names_and_says_so(db, database_url, data_dir):
+    chain = [*QUALITY_CHAIN, masked_release]
+    with dg.instance_for_test() as instance:
+
+        def release(quality_config=None, policy=None):
+            ops = {"occurrence_quality": {"config": quality_config or {}}}
+            if policy:
+                ops["masked_release"] = {"config": {"policy": policy}}
+            result = dg.materialize(
+                chain,
+                instance=instance,
+                partition_key=DEVIL,
+                resources=resources(database_url, data_dir, "quality_probes"),
+                run_config={"ops": ops},
+            )
+            return metadata(result, "masked_release")
+
+        first = release()
+        flags = _flags(db, species_by_slug(DEVIL).species_id)
+        flagged = {key for key, row in flags.items() if row["first_flag"] is not None}
+        assert flagged and _released_ids(data_dir) == set(flags) - flagged
+        manifest = json.loads((data_dir / "masked_release" / DEVIL / "manifest.json").read_bytes())
+        assert manifest["policy"]["excluded"] == len(flagged) == first["excluded"]
+        assert sum(manifest["policy"]["excluded_by_first_reason"].values()) == len(flagged)
+        assert manifest["policy"]["tests"]["uncertainty"] == {
+            "version": 1,
+            "limit_m": 10_000.0,
+            "placeholders_m": [301.0, 999.0, 3036.0, 9999.0],
+        }
+        files = {path.name: sha256_file(path) for path in (data_dir / "masked_release" / DEVIL).iterdir()}
+        # A threshold change that flags the same records: the flags reload, the release is not rebuilt.
+        nudged = release({"uncertainty_limit_m": 10_000.2})
+        assert (nudged["action"], nudged["reason"]) == ("skipped", "nothing changed")
+        assert {p.name: sha256_file(p) for p in (data_dir / "masked_release" / DEVIL).iterdir()} == files
+        # One that lets a record through: it is released, the manifest says the new limit.
+        moved = release({"uncertainty_limit_m": 10_001.0})
+        assert moved["action"] == "loaded" and moved["excluded"] == len(flagged) - 1
+        assert probe_keys()["uncertainty over"] in _released_ids(data_dir)
+        # keep_all: every record, nothing excluded.
+        everything = release({"uncertainty_limit_m": 10_001.0}, policy="keep_all")
+        assert everything["excluded"] == 0 and _released_ids(data_dir) == set(flags)
+        # Back to the defaults: the first release again, byte for byte.
+        release()
+        assert {p.name: sha256_file(p) for p in (data_dir / "masked_release" / DEVIL).iterdir()} == files
