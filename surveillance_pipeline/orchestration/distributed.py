@@ -82,6 +82,8 @@ SPECIES_STEP_PRIORITIES = {
     "occurrences": 8,
     "geocoded_localities": 7,
     "region_assignment": 6,
+    # masked_release waits for it under the default release policy.
+    "occurrence_quality": 6,
     "masked_release": 5,
     "occurrence_sample": 4,
 }

@@ -52,6 +52,7 @@ from surveillance_pipeline.releases.build import export_parts, sample_export_par
 from surveillance_pipeline.releases.exports import export_is_current
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
 from surveillance_pipeline.releases.masking import MaskingRules, masked_release_parts, release_input
+from surveillance_pipeline.releases.quality_report import REPORT, report_parts
 from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_job_parts
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
 from surveillance_pipeline.snapshots.devil import (
@@ -82,6 +83,7 @@ ORDER = (
     "occurrence_sample_summary",
     "devil_snapshot_export",
     "sample_export",
+    "quality_report",
 )
 
 
@@ -370,6 +372,14 @@ class Planner:
 
     def whole(self, devil: Step) -> None:
         """The unpartitioned outputs: after what they read loads a new key, else by their own files."""
+        flags = _merge(self.plan.steps[OCCURRENCE_QUALITY.name].values())
+        report = report_parts(self.conn)
+        current = export_is_current(self.paths.exports(REPORT), report.key)
+        self.plan.add(
+            REPORT,
+            WHOLE_TARGET,
+            self.output(REPORT, WHOLE_TARGET, report, current, [(OCCURRENCE_QUALITY.name, flags)]),
+        )
         sample = _merge(self.plan.steps["occurrence_sample"].values())
         summary = self.plan.add(
             "occurrence_sample_summary", WHOLE_TARGET, _after([("occurrence_sample", sample)]) or SKIPPED

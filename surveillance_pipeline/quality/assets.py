@@ -82,6 +82,7 @@ def occurrence_quality(
     ) as connections:
         loaded = load_quality_references(connections.get(), layers, context.run.run_id)
         context.log.info(f"quality_references: {loaded.action} ({loaded.reason}), {loaded.rows} pieces")
+        held = flags.held_quality_inputs(connections.get())
 
         def flag_partition(slug: str) -> PartitionReport:
             conn = connections.get()
@@ -93,12 +94,13 @@ def occurrence_quality(
                 rules=rules,
                 layers=layers,
                 run_id=context.run.run_id,
+                held=held,
             )
-            counts = flags.quality_counts(conn, species)
-            digest = flags.held_rows_digest(conn, species)
+            memo = paths.memo(flags.OCCURRENCE_QUALITY.name, slug)
+            counts, version_of_rows = flags.outcome_quality_counts(conn, species, outcome, memo)
             return outcome_report(
                 outcome,
-                digest,
+                version_of_rows,
                 table="occurrence_quality",
                 flagged=counts.flagged,
                 flagged_share=round(counts.flagged / counts.records, 4) if counts.records else 0.0,

@@ -17,16 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
+from surveillance_pipeline.core.partition_files import read_memo, replace_file
 from surveillance_pipeline.core.refresh import (
+    NOTHING_CHANGED,
+    SKIPPED,
     WHOLE_TARGET,
+    HeldKeys,
     RefreshOutcome,
-    last_recorded_output,
+    read_held_keys,
     refresh_partition,
     upstream_job_key,
 )
@@ -40,9 +43,8 @@ from surveillance_pipeline.gbif.records import (
     open_records_stream,
 )
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.derive import DERIVED_ASSET, check_request, derive_parts
+from surveillance_pipeline.occurrences.derive import check_request
 from surveillance_pipeline.occurrences.load import OCCURRENCES, partition_table_name
-from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_points
 from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
 from surveillance_pipeline.quality.rules import GBIF_HEADQUARTERS, TESTS, TESTS_BY_NAME, QualityRules
 
@@ -146,28 +148,6 @@ def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any
     }
 
 
-def check_same_raw_as_occurrences(
-    conn: psycopg.Connection, species: Species, raw_sha256: str, raw_path: Path
-) -> None:
-    """Refuse a raw snapshot other than the one occurrences' rows were derived from: the terms and the
-    rows must describe the same records."""
-    memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
-    if memo is None or memo.job_key != derive_parts(raw_sha256).key:
-        raise StaleInputError(
-            f"{raw_path}: not the raw snapshot gbif_derived last derived for {species.slug}: materialize "
-            "gbif_derived and occurrences first"
-        )
-    loaded = conn.execute(
-        "SELECT parts -> 'input' FROM target_state WHERE target = %s AND partition_key = %s",
-        (OCCURRENCES.name, species.slug),
-    ).fetchone()
-    if loaded is None or loaded[0] != memo.detail.get("derived_sha256"):
-        raise StaleInputError(
-            f"occurrences of {species.slug} were not loaded from gbif_derived's last derive: materialize "
-            "occurrences first"
-        )
-
-
 def refresh_occurrence_quality(
     conn: psycopg.Connection,
     *,
@@ -176,11 +156,25 @@ def refresh_occurrence_quality(
     rules: QualityRules,
     layers: ReferenceLayers,
     run_id: str,
+    held: HeldKeys | None = None,
 ) -> RefreshOutcome:
-    """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does."""
+    """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does.
+
+    The flags are made from the raw snapshot's terms for the records occurrences holds. Launched apart from
+    occurrences after gbif_raw changed (Dagster marks it Unsynced from both), they are made for the rows
+    occurrences still holds; its key names both, so once occurrences loads the new rows they are made again.
+
+    ``held``: what the inputs held when the step began (``held_quality_inputs``), from which a skip is
+    decided in one statement (refresh_partition's ``likely_parts``).
+    """
     raw = read_raw_bytes(raw_path)
     raw_sha256 = sha256_hex(raw)
-    check_same_raw_as_occurrences(conn, species, raw_sha256, raw_path)
+    likely = None
+    if held is not None:
+        occurrences_key = held.get(OCCURRENCES.name, species.slug)
+        references_key = held.get(QUALITY_REFERENCES.name, WHOLE_TARGET)
+        if occurrences_key is not None and references_key is not None:
+            likely = quality_parts_of(species, raw_sha256, occurrences_key, references_key, rules, layers)
 
     def replace_rows(connection: psycopg.Connection) -> int:
         snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
@@ -213,7 +207,13 @@ def refresh_occurrence_quality(
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
+        likely_parts=likely,
     )
+
+
+def held_quality_inputs(conn: psycopg.Connection) -> HeldKeys:
+    """What the flags' inputs in the warehouse hold, read once for a step's species."""
+    return read_held_keys(conn, OCCURRENCES.name, QUALITY_REFERENCES.name)
 
 
 def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRules) -> None:
@@ -221,6 +221,11 @@ def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRule
     conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
     if not rules.is_enabled("outliers"):
         return
+    # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
+    import numpy as np
+
+    from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_points
+
     query = load_sql(PACKAGE, "select_quality_points").format(
         occurrences=sql.Identifier(partition_table_name(species.species_id))
     )
@@ -374,6 +379,41 @@ class QualityCounts:
     flagged: int
     # Per test (enabled or not, in TESTS order): records it flagged, and records it was the first reason for.
     by_test: Mapping[str, tuple[int, int]]
+
+
+# Bump when the counts kept for a job key could differ from what quality_counts reads for it.
+COUNTS_MEMO_VERSION = 1
+
+
+def outcome_quality_counts(
+    conn: psycopg.Connection, species: Species, outcome: RefreshOutcome, memo_path: Path
+) -> tuple[QualityCounts, str]:
+    """``quality_counts`` and the content version of the partition ``outcome`` left, for the UI: kept in a
+    memo under the job key. A partition that skipped with nothing changed holds exactly the rows its load
+    wrote for that key, so the counts kept for the key are its counts (counting is a scan of the species'
+    rows on every run); anything else counts and keeps the result."""
+    if outcome.action == SKIPPED and outcome.reason == NOTHING_CHANGED:
+        kept = read_memo(memo_path, version=COUNTS_MEMO_VERSION, job_key=outcome.job_key)
+        try:
+            if kept is not None:
+                by_test = {name: (int(pair[0]), int(pair[1])) for name, pair in kept["by_test"].items()}
+                return QualityCounts(int(kept["records"]), int(kept["flagged"]), by_test), str(
+                    kept["version_of_rows"]
+                )
+        except (TypeError, KeyError, ValueError, IndexError):
+            pass  # a damaged memo costs a count, never a wrong one
+    counts = quality_counts(conn, species)
+    version = held_rows_digest(conn, species)
+    memo = {
+        "version": COUNTS_MEMO_VERSION,
+        "job_key": outcome.job_key,
+        "records": counts.records,
+        "flagged": counts.flagged,
+        "by_test": {name: list(pair) for name, pair in counts.by_test.items()},
+        "version_of_rows": version,
+    }
+    replace_file(memo_path, canonical_json(memo).encode("utf-8"))
+    return counts, version
 
 
 def quality_counts(conn: psycopg.Connection, species: Species) -> QualityCounts:

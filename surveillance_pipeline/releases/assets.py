@@ -12,6 +12,7 @@ import psycopg
 
 from surveillance_pipeline.core.figures import histogram_png, kept_figure, markdown_image
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
+from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
 from surveillance_pipeline.orchestration.automation import REFRESH_WHEN_INPUTS_CHANGE
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
@@ -26,6 +27,7 @@ from surveillance_pipeline.orchestration.reporting import (
 )
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, GbifSource, Warehouse
 from surveillance_pipeline.quality.rules import POLICY_ANY_ENABLED
+from surveillance_pipeline.releases import quality_report as quality_report_export
 from surveillance_pipeline.releases.build import (
     EXPORT_VERSION,
     BuiltExport,
@@ -35,7 +37,13 @@ from surveillance_pipeline.releases.build import (
     export_if_changed,
     sample_export_parts,
 )
-from surveillance_pipeline.releases.exports import EXPORT_FORMAT, MANIFEST, manifest_rows
+from surveillance_pipeline.releases.exports import (
+    EXPORT_FORMAT,
+    MANIFEST,
+    export_is_current,
+    manifest_rows,
+    publish_export,
+)
 from surveillance_pipeline.releases.masking import (
     DEFAULT_MAX_M,
     DEFAULT_MIN_M,
@@ -313,3 +321,45 @@ def replay_masked_release_op(
 @dg.job(description="Replay a masked release from a provenance row into a scratch folder, byte for byte.")
 def replay_masked_release() -> None:
     replay_masked_release_op()
+
+
+@dg.asset(
+    metadata=outputs_metadata(folders=[f"exports/{quality_report_export.REPORT}"]),
+    group_name="releases",
+    deps=[dg.AssetKey("occurrence_quality")],
+    code_version=f"report-v{quality_report_export.REPORT_VERSION}.format-v{EXPORT_FORMAT}",
+    automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
+    pool=quality_report_export.REPORT,
+    description="data/exports/quality_report/: quality_report.md (the tests with their versions, "
+    "parameters and sources; per species the records each test flagged and was first to flag) and "
+    "quality_counts.csv, with manifest.json. Rewritten only when a partition's flags or parameters changed.",
+)
+def quality_report(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, paths: DataPaths
+) -> PartitionEvents:
+    folder = paths.exports(quality_report_export.REPORT)
+    with warehouse.connect() as conn:
+        recover_partition_folder(folder)
+        parts = quality_report_export.report_parts(conn)
+        built = None
+        if not export_is_current(folder, parts.key):
+            parts, files = quality_report_export.build_report(conn)
+            publish_export(folder, files, parts, quality_report_export.ORDER)
+            built = files
+        outcome = report_derived_output(
+            conn,
+            asset=quality_report_export.REPORT,
+            partition_key=WHOLE_TARGET,
+            parts=parts,
+            rows=built[0].rows if built else manifest_rows(folder),
+            run_id=context.run.run_id,
+            unchanged=built is None,
+        )
+    yield from report_asset(
+        context,
+        outcome_report(
+            outcome,
+            report=dg.MetadataValue.path(str(folder / f"{quality_report_export.REPORT}.md")),
+            manifest_sha256=sha256_file(folder / MANIFEST),
+        ),
+    )

@@ -24,6 +24,7 @@ ASSETS = (
     "gbif_raw",
     "gbif_derived",
     "occurrences",
+    "occurrence_quality",
     "occurrence_sample",
     "geocoded_localities",
     "region_assignment",
@@ -31,6 +32,8 @@ ASSETS = (
 )
 # 24,997 records with coordinates and 671 whose locality the lab gazetteer finds: each gets a region.
 REGION_ASSIGNMENTS = "25668"
+# The records the default release policy leaves out: those occurrence_quality flags (11.3% of the lab's).
+FLAGGED = 2970
 
 
 def _definitions(database_url, data_dir):
@@ -56,14 +59,17 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     table = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
     assert lines[0].split()[:5] == ["asset", "loaded", "skipped", "rows", "seconds"]
     seconds = step_seconds(postgres_instance, [r.run_id for r in first])
-    # "regions" is the layer table region_assignment's step loads first: a line of its own, not a step.
-    assert set(table) - {"regions"} <= set(seconds) and all(s > 0 for s in seconds.values())
+    # "regions" and "quality_references" are the layer tables region_assignment's and occurrence_quality's
+    # steps load first: a line of their own, not a step.
+    assert set(table) - {"regions", "quality_references"} <= set(seconds) and all(s > 0 for s in seconds.values())
     assert table == {
         "gbif_raw": ["71", "0", "26391"],
         "gbif_derived": ["71", "0", "26391"],
         "occurrences": ["71", "0", "26391"],
         "occurrence_sample": ["71", "0", "4766"],
-        "masked_release": ["71", "0", "26391"],
+        "quality_references": ["1", "0", "6503"],
+        "occurrence_quality": ["71", "0", "26391"],
+        "masked_release": ["71", "0", str(26391 - FLAGGED)],
         "geocoded_localities": ["71", "0", "837"],
         "regions": ["1", "0", "10"],
         "region_assignment": ["71", "0", REGION_ASSIGNMENTS],
@@ -72,6 +78,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
         "devil_snapshot": ["1", "0", "1000"],
         "sample_export": ["1", "0", "4766"],
         "devil_snapshot_export": ["1", "0", "1000"],
+        "quality_report": ["1", "0", "1065"],
     }
     assert all("first load" in line or "new batch" in line for line in lines[1:])
     summary = materializations_in_run(postgres_instance, first[3].run_id, "occurrence_sample_summary")

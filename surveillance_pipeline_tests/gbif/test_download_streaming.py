@@ -376,6 +376,8 @@ def _quality(line: str) -> dict[str, object]:
 def test_both_readers_write_the_quality_terms_alike_and_decimals_in_their_shortest_form(
     tmp_path, monkeypatch
 ):
+    """Long because each row is one way a download writes a number (canonical, padded, Java's 1.0E-4,
+    a leading zero), and the values both readers must agree on are spelled out beside it."""
     rows = [
         quality_row(
             1,

@@ -3,6 +3,7 @@ rows' digest as the data version; bad input named and nothing changed; the refer
 
 from __future__ import annotations
 
+import csv
 import json
 
 import dagster as dg
@@ -19,7 +20,7 @@ from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_po
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
 from surveillance_pipeline.quality.settings import configured_rules
-from surveillance_pipeline.releases.assets import masked_release
+from surveillance_pipeline.releases.assets import masked_release, quality_report
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SPINE,
@@ -328,3 +329,43 @@ def test_the_release_leaves_out_exactly_what_its_policy_names_and_says_so(db, da
         # Back to the defaults: the first release again, byte for byte.
         release()
         assert {p.name: sha256_file(p) for p in (data_dir / "masked_release" / DEVIL).iterdir()} == files
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_the_quality_report_counts_what_the_flags_hold_and_says_the_parameters_they_ran_with(
+    db, database_url, data_dir
+):
+    chain = [*QUALITY_CHAIN, quality_report]
+    with dg.instance_for_test() as instance:
+
+        def run(config=None):
+            result = dg.materialize(
+                chain,
+                instance=instance,
+                partition_key=DEVIL,
+                resources=resources(database_url, data_dir, "quality_probes"),
+                run_config={"ops": {"occurrence_quality": {"config": config or {}}}},
+            )
+            return metadata(result, "quality_report")
+
+        first = run()
+        folder = data_dir / "exports" / "quality_report"
+        flags = _flags(db, species_by_slug(DEVIL).species_id)
+        with (folder / "quality_counts.csv").open(encoding="utf-8") as handle:
+            counted = {row["test"]: row for row in csv.DictReader(handle)}
+        assert first["rows"] == len(TESTS) == len(counted)
+        for test in TESTS:
+            assert int(counted[test.name]["flagged"]) == sum(r[test.column] is True for r in flags.values())
+            assert int(counted[test.name]["first_reason"]) == sum(
+                r["first_flag"] == test.name for r in flags.values()
+            )
+            assert counted[test.name]["enabled"] == ("false" if test.name == "urban" else "true")
+        page = (folder / "quality_report.md").read_text(encoding="utf-8")
+        assert "| uncertainty | 1 |" in page and "limit_m 10000.0" in page and "| urban | 1 |" in page
+        files = {path.name: sha256_file(path) for path in folder.iterdir()}
+        assert run()["action"] == "skipped"
+        assert {path.name: sha256_file(path) for path in folder.iterdir()} == files
+        # The same flags under a nudged threshold: the report states the parameters, so it says the new one.
+        assert run({"uncertainty_limit_m": 10_000.2})["action"] == "loaded"
+        assert "limit_m 10000.2" in (folder / "quality_report.md").read_text(encoding="utf-8")

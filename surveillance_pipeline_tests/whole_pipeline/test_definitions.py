@@ -16,6 +16,8 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "gbif_raw",
         "gbif_derived",
         "occurrences",
+        "occurrence_quality",
+        "quality_report",
         "occurrence_sample",
         "occurrence_sample_summary",
         "devil_delivery",
@@ -29,11 +31,13 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "region_assignment",
     }
     checks = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}
-    # Each table-writing asset verifies its tables (verification.py); region_assignment writes two.
+    # Each table-writing asset verifies its tables (verification.py); region_assignment and
+    # occurrence_quality write two each.
     holds = {
         (asset, "holds_its_snapshot")
         for asset in (
             "occurrences",
+            "occurrence_quality",
             "occurrence_sample",
             "geocoded_localities",
             "region_assignment",
@@ -45,6 +49,7 @@ def test_definitions_load_with_every_asset_the_issues_name():
         ("occurrence_sample_summary", "sample_engines_agree"),
         ("devil_snapshot", "devil_snapshot_holds"),
         ("region_assignment", "regions_table_holds_its_snapshot"),
+        ("occurrence_quality", "quality_references_table_holds_its_snapshot"),
         *holds,
     }
     # They scan whole tables: the asset jobs leave them to verify_targets and its schedule.
@@ -62,7 +67,15 @@ def test_definitions_load_with_every_asset_the_issues_name():
     assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
     assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
-    assert graph.get(dg.AssetKey("masked_release")).parent_keys == {dg.AssetKey("occurrences")}
+    assert graph.get(dg.AssetKey("masked_release")).parent_keys == {
+        dg.AssetKey("occurrences"),
+        dg.AssetKey("occurrence_quality"),
+    }
+    assert graph.get(dg.AssetKey("occurrence_quality")).parent_keys == {
+        dg.AssetKey("occurrences"),
+        dg.AssetKey("gbif_raw"),
+    }
+    assert graph.get(dg.AssetKey("quality_report")).parent_keys == {dg.AssetKey("occurrence_quality")}
     assert graph.get(dg.AssetKey("geocoded_localities")).parent_keys == {dg.AssetKey("gbif_raw")}
     assert graph.get(dg.AssetKey("region_assignment")).parent_keys == {
         dg.AssetKey("occurrences"),
