@@ -61,7 +61,8 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     seconds = step_seconds(postgres_instance, [r.run_id for r in first])
     # "regions" and "quality_references" are the layer tables region_assignment's and occurrence_quality's
     # steps load first: a line of their own, not a step.
-    assert set(table) - {"regions", "quality_references"} <= set(seconds) and all(s > 0 for s in seconds.values())
+    assert set(table) - {"regions", "quality_references"} <= set(seconds)
+    assert all(s > 0 for s in seconds.values())
     assert table == {
         "gbif_raw": ["71", "0", "26391"],
         "gbif_derived": ["71", "0", "26391"],
