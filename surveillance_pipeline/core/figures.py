@@ -38,11 +38,21 @@ BAR_COLOUR = (31, 119, 180)
 # colour is interpolated on the cell's share of the largest count, on a log scale (counts are skewed).
 MAP_RAMP = ((198, 219, 239), (107, 174, 214), (33, 113, 181), (8, 48, 107))
 NO_POINT = "no point"
+# A flagged record's cell on a map (quality tests): red, apart from the blue ramp.
+FLAGGED_COLOUR = (214, 39, 40)
 
 
-def points_map_png(cells: Sequence[tuple[float, float, int]], title: str, cell_degrees: float) -> bytes:
+def points_map_png(
+    cells: Sequence[tuple[float, float, int]],
+    title: str,
+    cell_degrees: float,
+    flagged: Sequence[tuple[float, float, int]] = (),
+) -> bytes:
     """Points counted on a grid (cell centre longitude, latitude, count) as squares of ``cell_degrees``,
-    darker where there are more; equal metres on both axes at the points' middle latitude."""
+    darker where there are more; equal metres on both axes at the points' middle latitude.
+
+    ``flagged``: cells of points drawn in FLAGGED_COLOUR over the others, within the others' extent (a
+    record on another continent would shrink the species' range to a dot); none: the cells alone."""
     canvas = _Canvas(title, "longitude", "latitude")
     if not cells:
         canvas.centred_text(NO_POINT)
@@ -59,6 +69,9 @@ def points_map_png(cells: Sequence[tuple[float, float, int]], title: str, cell_d
     )
     axes = canvas.axes(x_range, y_range)
     canvas.fill_cells(axes, cells, half)
+    for longitude, latitude, _ in sorted(flagged):
+        if x_range[0] <= longitude <= x_range[1] and y_range[0] <= latitude <= y_range[1]:
+            axes.fill(longitude - half, latitude - half, longitude + half, latitude + half, FLAGGED_COLOUR)
     return canvas.png()
 
 

@@ -150,7 +150,8 @@ def gbif_raw(
     code_version=f"derive-v{DERIVE_VERSION}",
     pool="gbif_derived",
     description="Pure derive of data/raw/<slug>.json into data/derived/<slug>.csv "
-    f"({','.join(DERIVED_COLUMNS)}, sorted by id). Refuses a raw snapshot whose request is stale.",
+    f"({','.join(DERIVED_COLUMNS)}, sorted by id). Refuses a raw snapshot whose request is stale. Data "
+    "version: the derive's job key (the raw snapshot's sha256 and the derive's version).",
 )
 def gbif_derived(
     context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse
@@ -169,7 +170,12 @@ def gbif_derived(
                 stamps=paths.stamps(DERIVED_ASSET, slug) if trust_stamps else None,
             )
             path = dg.MetadataValue.path(str(derived_path))
-            return outcome_report(derived.outcome, derived.derived_sha256, path=path, **derived.counts)
+            # The data version is the derive's job key (the raw snapshot's sha256 and the derive's version),
+            # not the CSV's sha256: occurrence_quality reads the raw snapshot's other terms through it, so a
+            # snapshot that changed only in those (an issue flag, an uncertainty) must reach its readers.
+            return outcome_report(
+                derived.outcome, None, path=path, derived_sha256=derived.derived_sha256, **derived.counts
+            )
 
         yield from report_partitions(context, derive_partition)
 

@@ -24,6 +24,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
 
@@ -37,6 +38,7 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_LEDGER_SALT_VARIABLE,
     GEOCODER_URL_VARIABLE,
     GEOCODER_VARIABLE,
+    QUALITY_FILE_VARIABLE,
     SPECIES_FILE_VARIABLE,
     VERIFY_TARGETS_VARIABLE,
     data_dir,
@@ -78,6 +80,18 @@ def _species() -> str:
     return f"sha256:{sha256_hex(canonical_json(rows).encode())[:16]} ({len(species)} species)"
 
 
+def _quality_file() -> str:
+    """The quality tests' settings file in use, by content (read whole when a step resolves its rules)."""
+    named = os.environ.get(QUALITY_FILE_VARIABLE, "").strip()
+    if not named:
+        return UNSET
+    path = Path(named).expanduser().resolve()
+    try:
+        return f"sha256:{sha256_hex(path.read_bytes())[:16]}"
+    except OSError:
+        return f"unreadable: {path}"
+
+
 def resolve() -> dict[str, str]:
     """Each data-shaping setting as this process resolves it (defaults filled in), by variable name."""
     salt = os.environ.get(GEOCODER_LEDGER_SALT_VARIABLE, "")
@@ -87,6 +101,7 @@ def resolve() -> dict[str, str]:
         GBIF_FALLBACK_SOURCE_VARIABLE: _variable(GBIF_FALLBACK_SOURCE_VARIABLE, API_SOURCE),
         GBIF_USER_VARIABLE: _variable(GBIF_USER_VARIABLE, UNSET),
         SPECIES_FILE_VARIABLE: _species(),
+        QUALITY_FILE_VARIABLE: _quality_file(),
         DATA_DIR_VARIABLE: str(data_dir()),
         DATABASE_URL_VARIABLE: _warehouse(),
         GEOCODER_VARIABLE: _variable(GEOCODER_VARIABLE, LAB_GEOCODER),

@@ -232,7 +232,7 @@ class Planner:
             self.table(QUALITY_REFERENCES, WHOLE_TARGET, WHOLE_TARGET_REF, layers.parts()),
         )
 
-    def quality(self, species: Species, raw_step: Step, occurrences: Step, references: Step) -> Step:
+    def quality(self, species: Species, derived: Step, occurrences: Step, references: Step) -> Step:
         """occurrence_quality's step: its key from the raw file, the keys its inputs hold and the config."""
         raw = self.paths.raw(species.slug)
         occurrences_key = self.held_key(OCCURRENCES.name, species.slug)
@@ -245,11 +245,15 @@ class Planner:
                 species, sha256_file(raw), occurrences_key, references_key, rules, layers
             )
         upstream = [
-            ("gbif_raw", raw_step),
+            ("gbif_derived", derived),
             ("occurrences", occurrences),
             (QUALITY_REFERENCES.name, references),
         ]
-        return self.table(OCCURRENCE_QUALITY, species.slug, str(species.species_id), parts, upstream)
+        step = self.table(OCCURRENCE_QUALITY, species.slug, str(species.species_id), parts, upstream)
+        if step.action == LOAD and step.new_key and step.reason != "first load":
+            # Its data version is its rows' digest: whether a reload flags other records only the run knows.
+            return Step(LOAD, step.reason, None, step.after)
+        return step
 
     def species(self, species: Species, layer: RegionLayer, regions: Step, references: Step) -> None:
         slug, ref, add = species.slug, str(species.species_id), self.plan.add
@@ -273,7 +277,9 @@ class Planner:
             slug,
             self.table(OCCURRENCES, slug, ref, occurrence_parts, [("gbif_derived", derived_step)]),
         )
-        quality = add(OCCURRENCE_QUALITY.name, slug, self.quality(species, raw_step, occurrences, references))
+        quality = add(
+            OCCURRENCE_QUALITY.name, slug, self.quality(species, derived_step, occurrences, references)
+        )
         occurrences_key = self.held_key(OCCURRENCES.name, slug)
         cap = int(op_config("occurrence_sample").get("cap", 100))
         sample_parts = sample_job_parts(occurrences_key, cap) if occurrences_key else None

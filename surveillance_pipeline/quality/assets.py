@@ -1,9 +1,10 @@
 """occurrence_quality: thin Dagster asset over the quality tests (quality/flags.py, quality/rules.py)."""
 
 import dagster as dg
+import psycopg
 
-from surveillance_pipeline.core.figures import bars_png, kept_figure, markdown_image
-from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.core.figures import bars_png, kept_figure, markdown_image, points_map_png
+from surveillance_pipeline.gbif.registry import Species, species_by_slug
 from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
 from surveillance_pipeline.orchestration.partitions import species_asset
@@ -63,7 +64,9 @@ COUNTS_SCHEMA = dg.TableSchema(
         tables=["occurrence_quality", "quality_references"], folders=["figures/quality"]
     ),
     group_name="occurrences",
-    deps=[dg.AssetKey("occurrences"), dg.AssetKey("gbif_raw")],
+    # The raw snapshot's terms reach it through gbif_derived's data version (the raw snapshot's sha256):
+    # a change in gbif_raw makes it Unsynced with occurrences, a level after gbif_derived, never before.
+    deps=[dg.AssetKey("occurrences"), dg.AssetKey("gbif_derived")],
     code_version=flags.OCCURRENCE_QUALITY.code_version,
     pool="occurrence_quality",
     description="Per record of occurrences: GBIF's quality terms (basisOfRecord, issues, uncertainty, …) and "
@@ -107,6 +110,7 @@ def occurrence_quality(
                 **{f"flagged_{name}": counts.by_test[name][0] for name in rules.enabled},
                 tests=dg.MetadataValue.table(records=_count_records(counts, rules), schema=COUNTS_SCHEMA),
                 first_reasons=dg.MetadataValue.md(_first_reasons_chart(paths, slug, outcome.job_key, counts)),
+                map=dg.MetadataValue.md(_flagged_map(conn, paths, species, outcome.job_key, counts)),
             )
 
         yield from report_partitions(context, flag_partition, side_by_side=side_by_side)
@@ -125,6 +129,20 @@ def _count_records(counts: flags.QualityCounts, rules: QualityRules) -> list[dg.
         )
         for test in TESTS
     ]
+
+
+def _flagged_map(
+    conn: psycopg.Connection, paths: DataPaths, species: Species, job_key: str, counts: flags.QualityCounts
+) -> str:
+    """The species' points, those an enabled test flagged in red, within the extent of the others."""
+
+    def draw() -> bytes:
+        kept, flagged = flags.flagged_map_cells(conn, species)
+        title = f"{species.scientific_name}: {counts.flagged:,} flagged (red)"
+        return points_map_png(kept, title, flags.MAP_GRID_DEGREES, flagged)
+
+    png = kept_figure(paths.figures("quality_maps"), species.slug, job_key, draw)
+    return markdown_image(png, f"{species.slug}: flagged records in red") if png else ""
 
 
 def _first_reasons_chart(paths: DataPaths, slug: str, job_key: str, counts: flags.QualityCounts) -> str:

@@ -160,9 +160,9 @@ def refresh_occurrence_quality(
 ) -> RefreshOutcome:
     """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does.
 
-    The flags are made from the raw snapshot's terms for the records occurrences holds. Launched apart from
-    occurrences after gbif_raw changed (Dagster marks it Unsynced from both), they are made for the rows
-    occurrences still holds; its key names both, so once occurrences loads the new rows they are made again.
+    The flags are made from the raw snapshot's terms for the records occurrences holds. Launched before
+    occurrences has loaded a new raw snapshot's rows, they are made for the rows occurrences still holds;
+    the key names both, so once occurrences loads the new rows they are made again.
 
     ``held``: what the inputs held when the step began (``held_quality_inputs``), from which a skip is
     decided in one statement (refresh_partition's ``likely_parts``).
@@ -430,3 +430,18 @@ def quality_counts(conn: psycopg.Connection, species: Species) -> QualityCounts:
     first = first_flag_counts(conn, species.species_id)
     by_test = {test.name: (int(row[2 + i]), int(first.get(test.name, 0))) for i, test in enumerate(TESTS)}
     return QualityCounts(int(row[0]), int(row[1]), by_test)
+
+
+# The map's grid, as occurrences' map has it.
+MAP_GRID_DEGREES = 0.05
+
+
+def flagged_map_cells(
+    conn: psycopg.Connection, species: Species
+) -> tuple[list[tuple[float, float, int]], list[tuple[float, float, int]]]:
+    """The species' points on the map's grid: (cells of records no test flagged, cells of flagged ones)."""
+    query = load_sql(PACKAGE, "select_quality_grid").format(table=sql.Identifier(OCCURRENCE_QUALITY.name))
+    rows = conn.execute(query, {"grid": MAP_GRID_DEGREES, "species_id": species.species_id}).fetchall()
+    kept = [(float(lon), float(lat), int(n)) for flagged, lon, lat, n in rows if not flagged]
+    flagged_cells = [(float(lon), float(lat), int(n)) for flagged, lon, lat, n in rows if flagged]
+    return kept, flagged_cells

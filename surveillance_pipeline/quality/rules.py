@@ -121,7 +121,11 @@ TESTS: tuple[QualityTest, ...] = (
         1,
         "farther than the buffer (geodesic metres) from land, for a terrestrial species",
         "CoordinateCleaner cc_sea",
-        {"buffer_m": 2_000.0},
+        # Natural Earth's 1:50m land leaves out small islands and cuts coasts: of 916 real plant records
+        # (GBIF search answers, mostly coastal Californian Encelia californica), 97 lie off its land, 54
+        # more than 1 km off, 33 more than 2 km (26 on one New Caledonian islet the layer lacks), 5 more
+        # than 5 km (two at 0,0, three 6.8-12.8 km offshore). docs/quality.md has the measurement.
+        {"buffer_m": 5_000.0},
         reads=("land",),
     ),
     QualityTest(

@@ -45,6 +45,7 @@ def test_every_data_shaping_setting_is_resolved_and_secrets_are_not_recorded(mon
         "GBIF_FALLBACK_SOURCE",
         "GBIF_USER",
         "SURVEILLANCE_SPECIES_FILE",
+        "SURVEILLANCE_QUALITY_FILE",
         "SURVEILLANCE_DATA_DIR",
         "SURVEILLANCE_DATABASE_URL",
         "GEOCODER",
@@ -57,6 +58,21 @@ def test_every_data_shaping_setting_is_resolved_and_secrets_are_not_recorded(mon
     tag = run_settings.as_tags(resolved)[run_settings.SETTINGS_TAG]
     assert "a-secret-salt" not in tag and "a-password" not in tag
     assert run_settings.from_tags({run_settings.SETTINGS_TAG: tag}) == resolved
+
+
+def test_the_quality_file_is_checked_by_content_not_by_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("SURVEILLANCE_QUALITY_FILE", raising=False)
+    assert run_settings.resolve()["SURVEILLANCE_QUALITY_FILE"] == run_settings.UNSET
+    here, there = tmp_path / "here.yaml", tmp_path / "elsewhere" / "there.yaml"
+    there.parent.mkdir()
+    here.write_text("uncertainty_limit_m: 5000\n")
+    there.write_text("uncertainty_limit_m: 5000\n")
+    monkeypatch.setenv("SURVEILLANCE_QUALITY_FILE", str(here))
+    first = run_settings.resolve()["SURVEILLANCE_QUALITY_FILE"]
+    monkeypatch.setenv("SURVEILLANCE_QUALITY_FILE", str(there))
+    assert run_settings.resolve()["SURVEILLANCE_QUALITY_FILE"] == first
+    there.write_text("uncertainty_limit_m: 2000\n")
+    assert run_settings.resolve()["SURVEILLANCE_QUALITY_FILE"] != first
 
 
 def _probe_run(tags: dict[str, str], tmp_path) -> dg.ExecuteInProcessResult:

@@ -73,7 +73,7 @@ def test_definitions_load_with_every_asset_the_issues_name():
     }
     assert graph.get(dg.AssetKey("occurrence_quality")).parent_keys == {
         dg.AssetKey("occurrences"),
-        dg.AssetKey("gbif_raw"),
+        dg.AssetKey("gbif_derived"),
     }
     assert graph.get(dg.AssetKey("quality_report")).parent_keys == {dg.AssetKey("occurrence_quality")}
     assert graph.get(dg.AssetKey("geocoded_localities")).parent_keys == {dg.AssetKey("gbif_raw")}
