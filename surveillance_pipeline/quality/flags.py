@@ -141,9 +141,6 @@ def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any
         "gbif_hq_radius_m": float(rules.param("gbif_hq", "radius_m")),
         "sea_buffer_m": float(rules.param("sea", "buffer_m")),
         "country_buffer_m": float(rules.param("country", "buffer_m")),
-        "outliers_multiplier": float(rules.param("outliers", "multiplier")),
-        "outliers_min_records": int(rules.param("outliers", "min_records")),
-        "outliers_exact_up_to_points": int(rules.param("outliers", "exact_up_to_points")),
         "outliers_cell_degrees": float(rules.param("outliers", "cell_degrees")),
     }
 
@@ -188,7 +185,7 @@ def refresh_occurrence_quality(
         )
         connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
         copy_terms(connection, snapshot, raw_path)
-        copy_outliers(connection, species, rules)
+        thinned = copy_outliers(connection, species, rules)
         connection.execute(
             "SET LOCAL jit = off"
         )  # PostGIS's costs cross the JIT threshold; compiling costs more
@@ -197,7 +194,8 @@ def refresh_occurrence_quality(
             occurrences=sql.Identifier(partition_table_name(species.species_id)),
             references=sql.Identifier(QUALITY_REFERENCES.name),
         )
-        return connection.execute(statement, statement_parameters(species, rules)).rowcount
+        parameters = {**statement_parameters(species, rules), "outliers_thinned": thinned}
+        return connection.execute(statement, parameters).rowcount
 
     return refresh_partition(
         conn,
@@ -216,32 +214,39 @@ def held_quality_inputs(conn: psycopg.Connection) -> HeldKeys:
     return read_held_keys(conn, OCCURRENCES.name, QUALITY_REFERENCES.name)
 
 
-def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRules) -> None:
-    """incoming_outliers: the outliers test's verdict per distinct point of the species' kept records."""
+def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRules) -> bool:
+    """incoming_outliers: the outliers test's verdict per site of the species' kept records (their distinct
+    points, or cells when there are more than the exact limit); whether the sites are cells."""
     conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
     if not rules.is_enabled("outliers"):
-        return
+        return False
     # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
     import numpy as np
 
-    from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_points
+    from surveillance_pipeline.quality.outliers import outlier_sites
 
-    query = load_sql(PACKAGE, "select_quality_points").format(
+    exact = int(rules.param("outliers", "exact_up_to_points"))
+    query = load_sql(PACKAGE, "select_quality_sites").format(
         occurrences=sql.Identifier(partition_table_name(species.species_id))
     )
-    points = np.array(conn.execute(query).fetchall(), dtype=np.float64).reshape(-1, 3)
-    parameters = OutlierParameters(
-        multiplier=float(rules.param("outliers", "multiplier")),
-        min_records=int(rules.param("outliers", "min_records")),
-        exact_up_to_points=int(rules.param("outliers", "exact_up_to_points")),
-        cell_degrees=float(rules.param("outliers", "cell_degrees")),
+    cell = float(rules.param("outliers", "cell_degrees"))
+    sites = conn.execute(query, {"thinned": False, "cell": cell, "most": exact + 1}).fetchall()
+    thinned = len(sites) > exact
+    if thinned:
+        sites = conn.execute(query, {"thinned": True, "cell": cell, "most": None}).fetchall()
+    table = np.array(sites, dtype=np.float64).reshape(-1, 3)
+    verdicts = outlier_sites(
+        table[:, 0],
+        table[:, 1],
+        table[:, 2].astype(np.int64),
+        float(rules.param("outliers", "multiplier")),
+        int(rules.param("outliers", "min_records")),
     )
-    verdicts = outlier_points(points[:, 0], points[:, 1], points[:, 2].astype(np.int64), parameters)
-    if verdicts is None:
-        return
-    with conn.cursor().copy("COPY incoming_outliers (lon, lat, outlier) FROM STDIN") as copy:
-        for (lon, lat, _), outlier in zip(points.tolist(), verdicts.tolist(), strict=True):
-            copy.write_row((lon, lat, outlier))
+    if verdicts is not None:
+        with conn.cursor().copy("COPY incoming_outliers (lon, lat, outlier) FROM STDIN") as copy:
+            for (lon, lat, _), outlier in zip(sites, verdicts.tolist(), strict=True):
+                copy.write_row((lon, lat, outlier))
+    return thinned
 
 
 def copy_terms(conn: psycopg.Connection, snapshot: RawSnapshot, raw_path: Path) -> None:

@@ -2,16 +2,14 @@
 
 A record's mean great-circle distance to the species' other records is compared with the distribution of
 those means over all the species' records: above quantile 0.75 + multiplier x IQR (quantiles interpolated
-as R's default, numpy's "linear") it is flagged. Records at one point share their mean, so the distances
-are taken between distinct points, weighted by their records; a species with more distinct points than
-``exact_up_to_points`` is thinned to the centres of square cells of ``cell_degrees`` (CoordinateCleaner
-thins to 0.5-degree cells above 10,000 records), so the work is at most that many squared, never the
-records squared. Dagster-free: numpy over the distinct points, in blocks.
+as R's default, numpy's "linear") it is flagged. Records at one site share their mean, so the distances are
+taken between sites weighted by their records: the distinct points, or, for a species with more distinct
+points than the exact limit, the centres of square cells (CoordinateCleaner thins to 0.5-degree cells
+above 10,000 records), which the warehouse groups before anything reaches Python. So the work is at most
+the limit squared, and the memory the sites', never the records'. Dagster-free: numpy, in blocks.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,38 +22,39 @@ BLOCK_ROWS = 1000
 MEAN_DECIMALS = 3
 
 
-@dataclass(frozen=True)
-class OutlierParameters:
-    multiplier: float
-    min_records: int
-    exact_up_to_points: int
-    cell_degrees: float
-
-
-def outlier_points(
-    longitude: np.ndarray, latitude: np.ndarray, records: np.ndarray, parameters: OutlierParameters
+def outlier_sites(
+    longitude: np.ndarray, latitude: np.ndarray, records: np.ndarray, multiplier: float, min_records: int
 ) -> np.ndarray | None:
-    """For distinct points (with their record counts): whether each is an outlier; None when the species
-    has fewer records with a point than ``min_records`` (the test is not evaluated)."""
+    """For sites (with their record counts): whether the records at each are outliers; None when the
+    species has fewer records with a point than ``min_records`` (the test is not evaluated)."""
+    weights = records.astype(np.float64)
     total = int(records.sum())
-    if total < max(parameters.min_records, 2):
+    if total < max(min_records, 2):
         return None
-    if len(longitude) > parameters.exact_up_to_points:
-        cell = parameters.cell_degrees
-        site_lon = (np.floor(longitude / cell) + 0.5) * cell
-        site_lat = (np.floor(latitude / cell) + 0.5) * cell
-        sites, site_of_point = np.unique(np.stack([site_lon, site_lat], axis=1), axis=0, return_inverse=True)
-        site_of_point = site_of_point.reshape(-1)
-        site_records = np.bincount(site_of_point, weights=records, minlength=len(sites))
-        means = _mean_distances(sites[:, 0], sites[:, 1], site_records, total)[site_of_point]
-    else:
-        means = _mean_distances(longitude, latitude, records.astype(np.float64), total)
-    means = np.round(means, MEAN_DECIMALS)
-    per_record = np.repeat(means, records)
-    low, high = np.percentile(per_record, [25, 75])
-    limit = high + parameters.multiplier * (high - low)
-    flagged: np.ndarray = means > limit
+    means = np.round(_mean_distances(longitude, latitude, weights, total), MEAN_DECIMALS)
+    low, high = weighted_quantiles(means, records, (0.25, 0.75))
+    flagged: np.ndarray = means > high + multiplier * (high - low)
     return flagged
+
+
+def weighted_quantiles(
+    values: np.ndarray, counts: np.ndarray, probabilities: tuple[float, ...]
+) -> list[float]:
+    """Quantiles of ``values`` each repeated ``counts`` times, interpolated as R's type 7 (numpy's default),
+    without repeating them: memory follows the distinct values, not the records."""
+    order = np.argsort(values, kind="stable")
+    ordered, cumulative = values[order], np.cumsum(counts[order])
+    total = int(cumulative[-1])
+    result = []
+    for probability in probabilities:
+        position = (total - 1) * probability
+        below = int(np.floor(position))
+        above = min(below + 1, total - 1)
+        # The value at 0-based rank k is the first whose cumulative count exceeds k.
+        at_below = ordered[int(np.searchsorted(cumulative, below, side="right"))]
+        at_above = ordered[int(np.searchsorted(cumulative, above, side="right"))]
+        result.append(float(at_below + (position - below) * (at_above - at_below)))
+    return result
 
 
 def _mean_distances(

@@ -16,7 +16,7 @@ from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.quality.assets import occurrence_quality
-from surveillance_pipeline.quality.outliers import OutlierParameters, outlier_points
+from surveillance_pipeline.quality.outliers import outlier_sites, weighted_quantiles
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
 from surveillance_pipeline.quality.settings import configured_rules
@@ -263,19 +263,34 @@ def test_a_bad_term_is_named_by_record_and_field_and_the_partition_keeps_its_row
     )
 
 
-def test_the_outliers_test_thins_to_cells_and_flags_the_far_point_either_way():
+def test_the_outliers_quantiles_are_rs_over_every_record_without_repeating_them():
     generator = np.random.default_rng(20261206)
-    # 20,000 distinct points over Tasmania and one record in Copenhagen.
-    longitude = np.append(generator.uniform(145.0, 148.0, 20_000), 12.58)
-    latitude = np.append(generator.uniform(-43.5, -41.0, 20_000), 55.67)
+    values = generator.uniform(0, 1000, 300)
+    counts = generator.integers(1, 40, 300)
+    repeated = np.repeat(values, counts)
+    for probability in (0.0, 0.25, 0.5, 0.75, 1.0):
+        expected = float(np.percentile(repeated, 100 * probability))
+        assert weighted_quantiles(values, counts, (probability,))[0] == pytest.approx(expected, abs=1e-9)
+    # 2,000 sites over Tasmania and one in Copenhagen: that one, alone, is an outlier.
+    longitude = np.append(generator.uniform(145.0, 148.0, 2000), 12.58)
+    latitude = np.append(generator.uniform(-43.5, -41.0, 2000), 55.67)
     records = np.ones(len(longitude), dtype=np.int64)
-    parameters = OutlierParameters(multiplier=5.0, min_records=7, exact_up_to_points=10_000, cell_degrees=0.5)
-    thinned = outlier_points(longitude, latitude, records, parameters)
-    assert thinned is not None and thinned[-1] and not thinned[:-1].any()
-    exact = outlier_points(longitude[-2000:], latitude[-2000:], records[-2000:], parameters)
-    assert exact is not None and exact[-1] and not exact[:-1].any()
+    flagged = outlier_sites(longitude, latitude, records, multiplier=5.0, min_records=7)
+    assert flagged is not None and flagged[-1] and not flagged[:-1].any()
     # Fewer records than the minimum: not evaluated.
-    assert outlier_points(longitude[:6], latitude[:6], records[:6], parameters) is None
+    assert outlier_sites(longitude[:6], latitude[:6], records[:6], multiplier=5.0, min_records=7) is None
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_species_with_more_points_than_the_exact_limit_is_thinned_to_cells(db, database_url, data_dir):
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, config={"outliers_exact_up_to_points": 10})
+    flags = _flags(db, species_by_slug(DEVIL).species_id)
+    keys = probe_keys()
+    # Central Tasmania's points share a few half-degree cells; GBIF's in Copenhagen is still far out.
+    assert flags[keys["GBIF, 0.9 km"]]["flag_outliers"] is True
+    assert not any(flags[key]["flag_outliers"] for key in range(FIRST_KEY, FIRST_KEY + BASE_RECORDS))
 
 
 def _released_ids(data_dir) -> set[int]:

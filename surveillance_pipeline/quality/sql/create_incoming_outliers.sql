@@ -1,4 +1,5 @@
--- Per distinct point of a species, whether the outliers test flags it (no rows: not evaluated).
+-- Per site of a species (a distinct point, or a cell's centre), whether the outliers test flags the
+-- records there (no rows: not evaluated).
 CREATE TEMPORARY TABLE incoming_outliers (
     lon      double precision,
     lat      double precision,

@@ -3,7 +3,7 @@
 -- A flag is null where its test is off (its on_ parameter false) or the record lacks what the test reads.
 -- The spatial tests run once per distinct point (and countryCode), against {references}'s pieces through
 -- their GiST indexes; distances are geodesic metres on the WGS84 spheroid (geography). The outliers test
--- is decided per distinct point beforehand (quality/outliers.py) and read from incoming_outliers.
+-- is decided per site beforehand (quality/outliers.py) and read from incoming_outliers.
 INSERT INTO {table} (
     id, species_id, basis_of_record, occurrence_status, establishment_means, individual_count, event_date,
     country_code, dataset_key, institution_code, coordinate_uncertainty_m, coordinate_precision, issues,
@@ -126,7 +126,14 @@ flagged AS (
     LEFT JOIN spatial AS s
            ON s.lon = r.lon AND s.lat = r.lat AND s.country_code IS NOT DISTINCT FROM r.country_code
     LEFT JOIN duplicates AS d ON d.id = r.id
-    LEFT JOIN incoming_outliers AS m ON m.lon = r.lon AND m.lat = r.lat
+    -- A record's site: its point, or its cell's centre (computed as select_quality_sites.sql computes it).
+    LEFT JOIN incoming_outliers AS m
+           ON m.lon = CASE WHEN %(outliers_thinned)s
+                           THEN (floor(r.lon / %(outliers_cell_degrees)s) + 0.5) * %(outliers_cell_degrees)s
+                           ELSE r.lon END
+          AND m.lat = CASE WHEN %(outliers_thinned)s
+                           THEN (floor(r.lat / %(outliers_cell_degrees)s) + 0.5) * %(outliers_cell_degrees)s
+                           ELSE r.lat END
 )
 SELECT id, %(species_id)s, basis_of_record, occurrence_status, establishment_means, individual_count,
        event_date, country_code, dataset_key, institution_code, coordinate_uncertainty_m,
