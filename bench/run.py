@@ -781,6 +781,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--derive-reps", type=int, default=3, help="alternating pairs in the derive section")
     parser.add_argument("--download-seed", type=int, default=1, help="seed of the generated downloads")
     parser.add_argument(
+        "--only-quality",
+        action="store_true",
+        help="only occurrence_quality against plain PostGIS statements: bench/quality.md",
+    )
+    parser.add_argument(
+        "--quality-sizes",
+        default="1000000,5000000",
+        help="records of the quality section's species, comma-separated",
+    )
+    parser.add_argument(
         "--only-regions", action="store_true", help="only region_assignment: bench/regions.md"
     )
     parser.add_argument(
@@ -850,6 +860,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only_derive:
         return run_derive_only(args, argv)
+    if args.only_quality:
+        from bench import quality
+
+        sizes = [int(size) for size in args.quality_sizes.split(",") if size]
+        print(quality.run_only(server_url, args.out, sizes, args.reps))
+        return 0
     if args.only_regions:
         from bench import regions
 

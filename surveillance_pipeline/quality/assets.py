@@ -61,7 +61,8 @@ COUNTS_SCHEMA = dg.TableSchema(
 
 @species_asset(
     metadata=outputs_metadata(
-        tables=["occurrence_quality", "quality_references"], folders=["figures/quality"]
+        tables=["occurrence_quality", "quality_references"],
+        folders=["figures/quality", "figures/quality_maps", "memos/occurrence_quality"],
     ),
     group_name="occurrences",
     # The raw snapshot's terms reach it through gbif_derived's data version (the raw snapshot's sha256):

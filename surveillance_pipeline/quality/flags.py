@@ -45,7 +45,11 @@ from surveillance_pipeline.gbif.records import (
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import check_request
 from surveillance_pipeline.occurrences.load import OCCURRENCES, partition_table_name
-from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
+from surveillance_pipeline.quality.references import (
+    QUALITY_REFERENCES,
+    REFERENCE_CELL_DEGREES,
+    ReferenceLayers,
+)
 from surveillance_pipeline.quality.rules import GBIF_HEADQUARTERS, TESTS, TESTS_BY_NAME, QualityRules
 
 PACKAGE = "surveillance_pipeline.quality"
@@ -126,6 +130,7 @@ def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any
     return {
         "species_id": species.species_id,
         "terrestrial": species.terrestrial,
+        "cell": REFERENCE_CELL_DEGREES,
         **{f"on_{test.name}": rules.is_enabled(test.name) for test in TESTS},
         "gbif_issues": list(rules.param("gbif_issues", "issues")),
         "basis_of_record": list(rules.param("basis", "basis_of_record")),

@@ -37,24 +37,84 @@ WITH records AS (
     JOIN {occurrences} AS o ON o.id = t.key::bigint
 ),
 located AS (
-    SELECT lon, lat, country_code, ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography AS geog,
-           ST_SetSRID(ST_MakePoint(lon, lat), 4326) AS geom
+    SELECT lon, lat, country_code,
+           ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography AS geog,
+           ST_SetSRID(ST_MakePoint(lon, lat), 4326) AS geom,
+           floor(lon / %(cell)s)::integer AS cell_x,
+           floor(lat / %(cell)s)::integer AS cell_y
     FROM (SELECT DISTINCT lon, lat, country_code FROM records WHERE lon IS NOT NULL) AS points
+),
+country_codes AS (
+    SELECT DISTINCT code FROM {references} WHERE layer = 'countries' AND code IS NOT NULL
+),
+near_cells AS (
+    -- The cells a point must lie in to be within a radius test's reach of a reference point: a degree of
+    -- latitude is at least 110,000 m, of longitude at least 111,000 m x the cosine of the farthest latitude.
+    -- (A reference point within its radius of the antimeridian would miss the far side's cells: none of
+    -- Natural Earth's capitals or centroids is.)
+    SELECT DISTINCT near.test, x AS cell_x, y AS cell_y
+    FROM (
+        SELECT CASE WHEN r.layer = 'capitals' THEN 'capitals' ELSE 'centroids' END AS test,
+               ST_X(r.geom) AS lon,
+               ST_Y(r.geom) AS lat,
+               CASE WHEN r.layer = 'capitals' THEN %(capitals_radius_m)s ELSE %(centroids_radius_m)s END
+                   AS radius
+        FROM {references} AS r
+        WHERE r.layer IN ('capitals', 'country_centroids', 'province_centroids')
+        UNION ALL
+        SELECT 'gbif_hq', %(hq_longitude)s, %(hq_latitude)s, %(gbif_hq_radius_m)s
+    ) AS near
+    CROSS JOIN LATERAL (SELECT near.radius / 110000.0 AS dy) AS reach_y
+    CROSS JOIN LATERAL (
+        SELECT reach_y.dy / greatest(cos(radians(least(89.0, abs(near.lat) + reach_y.dy))), 0.01) * 110000.0
+               / 111000.0 AS dx
+    ) AS reach_x
+    CROSS JOIN LATERAL generate_series(floor((near.lon - reach_x.dx) / %(cell)s)::integer,
+                                       floor((near.lon + reach_x.dx) / %(cell)s)::integer) AS x
+    CROSS JOIN LATERAL generate_series(floor((near.lat - reach_y.dy) / %(cell)s)::integer,
+                                       floor((near.lat + reach_y.dy) / %(cell)s)::integer) AS y
+),
+celled AS (
+    -- Each point's cell: covered whole by land, or by its own country (an index probe each); within reach
+    -- of a reference point (a hash of the few such cells). Most points are settled here; only the others
+    -- meet a polygon or a distance.
+    SELECT l.*,
+           EXISTS (
+               SELECT 1 FROM {references} AS cell
+               WHERE cell.layer = 'land_cells' AND cell.cell_x = l.cell_x AND cell.cell_y = l.cell_y
+           ) AS land_cell,
+           EXISTS (
+               SELECT 1 FROM {references} AS cell
+               WHERE cell.layer = 'country_cells' AND cell.cell_x = l.cell_x AND cell.cell_y = l.cell_y
+                 AND cell.code = l.country_code
+           ) AS own_country_cell,
+           codes.code IS NOT NULL AS country_has_polygon,
+           capital.cell_x IS NOT NULL AS near_capital,
+           centroid.cell_x IS NOT NULL AS near_centroid,
+           gbif.cell_x IS NOT NULL AS near_gbif
+    FROM located AS l
+    LEFT JOIN country_codes AS codes ON codes.code = l.country_code
+    LEFT JOIN near_cells AS capital
+           ON capital.test = 'capitals' AND capital.cell_x = l.cell_x AND capital.cell_y = l.cell_y
+    LEFT JOIN near_cells AS centroid
+           ON centroid.test = 'centroids' AND centroid.cell_x = l.cell_x AND centroid.cell_y = l.cell_y
+    LEFT JOIN near_cells AS gbif
+           ON gbif.test = 'gbif_hq' AND gbif.cell_x = l.cell_x AND gbif.cell_y = l.cell_y
 ),
 spatial AS (
     SELECT p.lon,
            p.lat,
            p.country_code,
-           CASE WHEN %(on_capitals)s THEN EXISTS (
+           CASE WHEN %(on_capitals)s THEN p.near_capital AND EXISTS (
                SELECT 1 FROM {references} AS r
                WHERE r.layer = 'capitals' AND ST_DWithin(r.geog, p.geog, %(capitals_radius_m)s)
            ) END AS capitals,
-           CASE WHEN %(on_centroids)s THEN EXISTS (
+           CASE WHEN %(on_centroids)s THEN p.near_centroid AND EXISTS (
                SELECT 1 FROM {references} AS r
                WHERE r.layer IN ('country_centroids', 'province_centroids')
                  AND ST_DWithin(r.geog, p.geog, %(centroids_radius_m)s)
            ) END AS centroids,
-           CASE WHEN %(on_gbif_hq)s THEN ST_DWithin(
+           CASE WHEN %(on_gbif_hq)s THEN p.near_gbif AND ST_DWithin(
                ST_SetSRID(ST_MakePoint(%(hq_longitude)s, %(hq_latitude)s), 4326)::geography,
                p.geog,
                %(gbif_hq_radius_m)s
@@ -65,10 +125,9 @@ spatial AS (
            ) END AS urban,
            -- Not evaluated for a record without countryCode, with one the layer has no polygon for, or at
            -- sea for a species that lives in water (a country's waters are not in its land polygon).
-           CASE WHEN %(on_country)s AND (%(terrestrial)s OR p.near_land) AND EXISTS (
-               SELECT 1 FROM {references} AS r WHERE r.layer = 'countries' AND r.code = p.country_code
-           ) THEN NOT (
-               EXISTS (
+           CASE WHEN %(on_country)s AND (%(terrestrial)s OR p.near_land) AND p.country_has_polygon THEN NOT (
+               p.own_country_cell
+               OR EXISTS (
                    SELECT 1 FROM {references} AS r
                    WHERE r.layer = 'countries' AND r.code = p.country_code AND ST_Intersects(r.geom, p.geom)
                )
@@ -79,18 +138,20 @@ spatial AS (
                )
            ) END AS country
     FROM (
-        SELECT l.*,
-               -- On land, or within the sea test's buffer of it: the first test settles most points.
+        SELECT c.*,
+               -- On land, or within the sea test's buffer of it: the cell settles most points, then the
+               -- pieces; the distance only for a point off every piece.
                CASE WHEN %(on_sea)s OR %(on_country)s THEN (
-                   EXISTS (
-                       SELECT 1 FROM {references} AS r WHERE r.layer = 'land' AND ST_Intersects(r.geom, l.geom)
+                   c.land_cell
+                   OR EXISTS (
+                       SELECT 1 FROM {references} AS r WHERE r.layer = 'land' AND ST_Intersects(r.geom, c.geom)
                    )
                    OR EXISTS (
                        SELECT 1 FROM {references} AS r
-                       WHERE r.layer = 'land' AND ST_DWithin(r.geog, l.geog, %(sea_buffer_m)s)
+                       WHERE r.layer = 'land' AND ST_DWithin(r.geog, c.geog, %(sea_buffer_m)s)
                    )
                ) END AS near_land
-        FROM located AS l
+        FROM celled AS c
     ) AS p
 ),
 duplicates AS (

@@ -9,7 +9,11 @@ SELECT layer,
        code,
        name,
        geom,
-       geom::geography
+       -- As geography every edge is a great-circle arc: a long straight cut of ST_Subdivide (a parallel
+       -- 10 degrees long) would bulge off the line the planar piece and its neighbour share, and leave
+       -- gaps between them kilometres wide (points inland in Western Australia were 5-12 km "off" land).
+       -- Edges cut to at most 0.1 degree follow the planar line to well under a metre.
+       ST_Segmentize(geom, 0.1)::geography
 FROM (
     SELECT f.layer, f.feature, f.code, f.name, pieces.geom
     FROM (
