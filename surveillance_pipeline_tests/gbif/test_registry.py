@@ -10,9 +10,11 @@ import pytest
 from surveillance_pipeline.gbif import add_species, match_registry
 from surveillance_pipeline.gbif.api import ApiGbifClient
 from surveillance_pipeline.gbif.registry import (
+    RegistryError,
     Species,
     load_registry,
     packaged_registry_path,
+    parse_registry,
     partition_keys,
     read_registry,
     registry_path,
@@ -380,3 +382,14 @@ def test_match_registry_fills_and_writes_the_users_file(tmp_path, monkeypatch, g
     assert mine.read_text(encoding="utf-8").splitlines()[1].split(",")[4] == "9206251"
     assert mine.stat().st_mode & 0o777 == 0o640, "the user's file keeps its permissions"
     assert sorted(os.listdir(tmp_path)) == ["mine.csv"]
+
+
+def test_the_habitat_column_is_optional_and_checked():
+    with_habitat = HEADER.rstrip("\n") + ",habitat\n" + GOOD_ROW.rstrip("\n") + ",marine\n"
+    (seal,) = parse_registry(with_habitat, "mine.csv")
+    assert (seal.habitat, seal.terrestrial) == ("marine", False)
+    (wombat,) = parse_registry(HEADER + GOOD_ROW, "mine.csv")
+    assert (wombat.habitat, wombat.terrestrial) == ("", True)
+    bad = HEADER.rstrip("\n") + ",habitat\n" + GOOD_ROW.rstrip("\n") + ",Marine\n"
+    with pytest.raises(RegistryError, match=r"mine\.csv: line 2, field habitat: 'Marine' is not one of"):
+        parse_registry(bad, "mine.csv")
