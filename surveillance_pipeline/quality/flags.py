@@ -56,7 +56,7 @@ PACKAGE = "surveillance_pipeline.quality"
 OCCURRENCE_QUALITY = Target(
     "occurrence_quality", PACKAGE, "create_occurrence_quality", partition_column="species_id"
 )
-TEXT_TERMS = (
+QUALITY_TEXT_TERMS = (
     "basisOfRecord",
     "countryCode",
     "datasetKey",
@@ -70,7 +70,7 @@ WHOLE_TERMS = ("individualCount",)
 MEASURE_TERMS = ("coordinatePrecision", "coordinateUncertaintyInMeters")
 COORDINATES = ("decimalLatitude", "decimalLongitude")
 # The columns the quality statement reads from a species' records.
-QUALITY_COLUMNS = ("key", *TEXT_TERMS, *WHOLE_TERMS, *MEASURE_TERMS, *COORDINATES, "issues")
+QUALITY_COLUMNS = ("key", *QUALITY_TEXT_TERMS, *WHOLE_TERMS, *MEASURE_TERMS, *COORDINATES, "issues")
 # The copied rows' table holds every records-file column (a records file is copied whole) and these.
 INCOMING_COLUMNS = (*RECORD_COLUMNS, *(name for name in QUALITY_COLUMNS if name not in RECORD_COLUMNS))
 COPY_BLOCK = 1 << 20
@@ -300,7 +300,7 @@ def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str 
         key = record.get("key")
         where = f"record {index} (key {key})"
         row: list[str | None] = [str(key)]
-        for name in TEXT_TERMS:
+        for name in QUALITY_TEXT_TERMS:
             value = record.get(name)
             if value is not None and not isinstance(value, str):
                 raise InputError(path, where, name, f"expected text, got {value!r}")
