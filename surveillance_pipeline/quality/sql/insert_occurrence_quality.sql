@@ -1,9 +1,10 @@
 -- One species' quality rows into {table}: the terms of its records (incoming_quality_terms) for the
 -- records its occurrences partition ({occurrences}) holds, one flag per test, and the first reason.
 -- A flag is null where its test is off (its on_ parameter false) or the record lacks what the test reads.
--- The spatial tests run once per distinct point (and countryCode), against {references}'s pieces through
--- their GiST indexes; distances are geodesic metres on the WGS84 spheroid (geography). The outliers test
--- is decided per site beforehand (quality/outliers.py) and read from incoming_outliers.
+-- The spatial tests run once per distinct point (and countryCode): its grid cell first (covered whole by
+-- land, or by its own country; within reach of a reference point), then the layers' pieces through their
+-- GiST indexes; distances are geodesic metres on the WGS84 spheroid (geography). The outliers test is
+-- decided per site beforehand (quality/outliers.py) and read from incoming_outliers.
 INSERT INTO {table} (
     id, species_id, basis_of_record, occurrence_status, establishment_means, individual_count, event_date,
     country_code, dataset_key, institution_code, coordinate_uncertainty_m, coordinate_precision, issues,
