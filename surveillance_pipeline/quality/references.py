@@ -112,51 +112,31 @@ def country_code(iso_a2: Any, adm0_a3: Any) -> str | None:
     return ISO_A2_BY_ADM0_A3.get(str(adm0_a3))
 
 
+# What each table layer reads: its file's layer, the properties of its country code (ISO alpha-2, then
+# ADM0_A3 where that is -99) and of its name, and the only feature classes kept (None: every feature).
+FEATURE_READS: tuple[tuple[str, str, str | None, str | None, str | None, tuple[str, ...] | None], ...] = (
+    ("countries", "countries", "ISO_A2", "ADM0_A3", "ADMIN", None),
+    ("land", "land", None, None, None, None),
+    ("urban", "urban", None, None, None, None),
+    ("capitals", "places", "iso_a2", "adm0_a3", "name", CAPITAL_CLASSES),
+    ("provinces", "provinces", "iso_a2", "adm0_a3", "name", None),
+)
+
+
 def reference_rows(layers: ReferenceLayers) -> Iterator[tuple[str, int, str | None, str | None, str]]:
     """(layer, feature number, code, name, GeoJSON geometry) of every feature the tests read."""
-    path = layers.path("countries")
-    for index, feature in enumerate(_features(path)):
-        code = country_code(
-            _property(path, index, feature, "ISO_A2"), _property(path, index, feature, "ADM0_A3")
-        )
-        yield (
-            "countries",
-            index,
-            code,
-            str(_property(path, index, feature, "ADMIN")),
-            _geometry(path, index, feature),
-        )
-    path = layers.path("land")
-    for index, feature in enumerate(_features(path)):
-        yield "land", index, None, None, _geometry(path, index, feature)
-    path = layers.path("urban")
-    for index, feature in enumerate(_features(path)):
-        yield "urban", index, None, None, _geometry(path, index, feature)
-    path = layers.path("places")
-    for index, feature in enumerate(_features(path)):
-        if _property(path, index, feature, "featurecla") in CAPITAL_CLASSES:
-            code = country_code(
-                _property(path, index, feature, "iso_a2"), _property(path, index, feature, "adm0_a3")
-            )
-            yield (
-                "capitals",
-                index,
-                code,
-                str(_property(path, index, feature, "name")),
-                _geometry(path, index, feature),
-            )
-    path = layers.path("provinces")
-    for index, feature in enumerate(_features(path)):
-        code = country_code(
-            _property(path, index, feature, "iso_a2"), _property(path, index, feature, "adm0_a3")
-        )
-        yield (
-            "provinces",
-            index,
-            code,
-            str(_property(path, index, feature, "name")),
-            _geometry(path, index, feature),
-        )
+    for layer, source, iso_a2, adm0_a3, name, kept in FEATURE_READS:
+        path = layers.path(source)
+        for index, feature in enumerate(_features(path)):
+            if kept is not None and _property(path, index, feature, "featurecla") not in kept:
+                continue
+            code = None
+            if iso_a2 is not None and adm0_a3 is not None:
+                code = country_code(
+                    _property(path, index, feature, iso_a2), _property(path, index, feature, adm0_a3)
+                )
+            label = str(_property(path, index, feature, name)) if name is not None else None
+            yield layer, index, code, label, _geometry(path, index, feature)
 
 
 def load_quality_references(conn: psycopg.Connection, layers: ReferenceLayers, run_id: str) -> RefreshOutcome:
