@@ -68,7 +68,7 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
         "gbif_derived": ["71", "0", "26391"],
         "occurrences": ["71", "0", "26391"],
         "occurrence_sample": ["71", "0", "4766"],
-        "quality_references": ["1", "0", "6503"],
+        "quality_references": ["1", "0", "150656"],
         "occurrence_quality": ["71", "0", "26391"],
         "masked_release": ["71", "0", str(26391 - FLAGGED)],
         "geocoded_localities": ["71", "0", "837"],
