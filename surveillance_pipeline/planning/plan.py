@@ -294,7 +294,7 @@ class Planner:
             release_upstream.append((OCCURRENCE_QUALITY.name, quality))
         try:
             release_parts = masked_release_parts(
-                release_input(self.conn, slug, rules, occurrences_key)[0], rules
+                release_input(self.conn, slug, rules, occurrences_key, refuse_edits=False)[0], rules
             )
         except StaleInputError:
             # No flags made for these rows yet: the run makes them first (occurrence_quality's step says so).

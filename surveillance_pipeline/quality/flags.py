@@ -327,11 +327,12 @@ def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str 
 
 
 def flags_for_release(
-    conn: psycopg.Connection, slug: str, occurrences_key: str
+    conn: psycopg.Connection, slug: str, occurrences_key: str, *, refuse_edits: bool = True
 ) -> tuple[str, dict[str, Any]]:
     """What a release over the flags reads: the partition's content version and its key's config (each
     test's version and parameters), share-locked; refused while the flags were made for other rows of
-    occurrences than ``occurrences_key``, or edited outside the pipeline."""
+    occurrences than ``occurrences_key``, or (``refuse_edits``) edited outside the pipeline. The plan
+    passes False: the run repairs an edited partition first, back to the rows its digest names."""
     row = conn.execute(
         load_sql(PACKAGE, "select_quality_for_share"),
         {"target": OCCURRENCE_QUALITY.name, "partition_key": slug},
@@ -339,7 +340,7 @@ def flags_for_release(
     if row is None:
         raise StaleInputError(f"occurrence_quality holds nothing for {slug!r}: materialize it first")
     parts, rows, digest, edits = row
-    if edits:
+    if edits and refuse_edits:
         raise StaleInputError(
             f"occurrence_quality partition {slug!r} was edited outside the pipeline ({edits}) since its "
             f"load: materialize occurrence_quality for {slug!r} to repair it first"

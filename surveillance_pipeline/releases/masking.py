@@ -343,14 +343,19 @@ def kept_records(rules: MaskingRules) -> sql.Composable:
 
 
 def release_input(
-    conn: psycopg.Connection, slug: str, rules: MaskingRules, occurrences_key: str
+    conn: psycopg.Connection,
+    slug: str,
+    rules: MaskingRules,
+    occurrences_key: str,
+    *,
+    refuse_edits: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The release's input: what occurrences holds and, under a policy over the flags, what
     occurrence_quality holds for those rows (its content version, so a threshold change that flags the
     same records rebuilds nothing); and the tests' versions and parameters the policy applies."""
     if not rules.drops_flagged:
         return occurrences_key, {}
-    version, tests = flags_for_release(conn, slug, occurrences_key)
+    version, tests = flags_for_release(conn, slug, occurrences_key, refuse_edits=refuse_edits)
     combined = canonical_json({"occurrences": occurrences_key, OCCURRENCE_QUALITY.name: version})
     return sha256_hex(combined.encode("utf-8")), tests
 

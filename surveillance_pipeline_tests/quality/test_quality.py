@@ -15,6 +15,7 @@ from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.planning.plan import make_plan
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.outliers import outlier_sites, weighted_quantiles
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
@@ -384,3 +385,36 @@ def test_the_quality_report_counts_what_the_flags_hold_and_says_the_parameters_t
         # The same flags under a nudged threshold: the report states the parameters, so it says the new one.
         assert run({"uncertainty_limit_m": 10_000.2})["action"] == "loaded"
         assert "limit_m 10000.2" in (folder / "quality_report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_hand_edit_of_the_flags_is_planned_repaired_and_the_release_kept(db, database_url, data_dir):
+    chain = [*QUALITY_CHAIN, masked_release]
+    devil = species_by_slug(DEVIL)
+    with dg.instance_for_test() as instance:
+
+        def run():
+            result = dg.materialize(
+                chain, instance=instance, partition_key=DEVIL, resources=resources(database_url, data_dir)
+            )
+            return metadata(result, "occurrence_quality"), metadata(result, "masked_release")
+
+        run()
+        rows = rows_md5(db, "occurrence_quality")
+        release = sha256_file(data_dir / "masked_release" / DEVIL / "manifest.json")
+        db.execute(
+            "UPDATE occurrence_quality SET flag_sea = true"
+            " WHERE id = (SELECT min(id) FROM occurrence_quality)"
+        )
+        bound = resources(database_url, data_dir)
+        planned = make_plan(db, bound["paths"], bound["geocoder"], [devil])
+        assert (
+            planned.steps["occurrence_quality"][DEVIL].reason == "target edited outside the pipeline (UPDATE)"
+        )
+        # The repair gives back the rows the digest names: the release the plan keeps, the run keeps.
+        assert planned.steps["masked_release"][DEVIL].action == "skip"
+        quality, released = run()
+        assert quality["reason"] == "target edited outside the pipeline (UPDATE)"
+        assert released["action"] == "skipped" and rows_md5(db, "occurrence_quality") == rows
+        assert sha256_file(data_dir / "masked_release" / DEVIL / "manifest.json") == release
