@@ -16,8 +16,9 @@ re-derived file comes out different, and what the geocoder answers for localitie
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -46,18 +47,27 @@ from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES, geocoded_
 from surveillance_pipeline.places.ledger import answers_for
 from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS, RegionLayer
 from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, quality_parts_of
+from surveillance_pipeline.quality.policy import drops_flagged
 from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
 from surveillance_pipeline.quality.settings import configured_rules
-from surveillance_pipeline.releases.build import export_parts, sample_export_parts
+from surveillance_pipeline.releases.build import (
+    DEFAULT_EXPORT_POLICY,
+    devil_snapshot_export_input,
+    sample_export_input,
+)
 from surveillance_pipeline.releases.exports import export_is_current
 from surveillance_pipeline.releases.masking import STAGE as MASKED_RELEASE
 from surveillance_pipeline.releases.masking import MaskingRules, masked_release_parts, release_input
 from surveillance_pipeline.releases.quality_report import REPORT, report_parts
-from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_job_parts
+from surveillance_pipeline.samples.load import (
+    DEFAULT_POLICY,
+    OCCURRENCE_SAMPLE,
+    sample_input,
+    sample_job_parts,
+)
 from surveillance_pipeline.snapshots.deliveries import newest_delivery, read_delivery
 from surveillance_pipeline.snapshots.devil import (
     DEVIL_SLUG,
-    DEVIL_SNAPSHOT,
     SnapshotRules,
     snapshot_job_parts,
     snapshot_target,
@@ -224,6 +234,25 @@ class Planner:
         recorded = last_recorded_output(self.conn, asset, partition)
         return Step(LOAD, reason, recorded is None or recorded.job_key != parts.key)
 
+    def policy_output(
+        self,
+        asset: str,
+        partition: str,
+        parts_of: Callable[[], JobKeyParts],
+        folder: Path,
+        upstream: list[tuple[str, Step]],
+    ) -> Step:
+        """A file output under a release policy: its key reads the flags, which may not be made yet."""
+        try:
+            parts = parts_of()
+        except StaleInputError:
+            # No flags made for these rows yet: the run makes them first (occurrence_quality's step says so).
+            unknown = Step(LOAD, "input changed", True)
+            if last_recorded_output(self.conn, asset, partition) is None:
+                unknown = Step(LOAD, "first load", True)
+            return _after(upstream) or unknown
+        return self.output(asset, partition, parts, export_is_current(folder, parts.key), upstream)
+
     def quality_references(self) -> Step:
         layers = ReferenceLayers()
         return self.plan.add(
@@ -281,36 +310,41 @@ class Planner:
             OCCURRENCE_QUALITY.name, slug, self.quality(species, derived_step, occurrences, references)
         )
         occurrences_key = self.held_key(OCCURRENCES.name, slug)
-        cap = int(op_config("occurrence_sample").get("cap", 100))
-        sample_parts = sample_job_parts(occurrences_key, cap) if occurrences_key else None
+        sample_config = op_config("occurrence_sample")
+        cap = int(sample_config.get("cap", 100))
+        policy = str(sample_config.get("policy", DEFAULT_POLICY))
+        sample_upstream = [("occurrences", occurrences)]
+        if drops_flagged(policy):
+            sample_upstream.append((OCCURRENCE_QUALITY.name, quality))
+        sample_parts = None
+        if occurrences_key:
+            try:
+                input_key = sample_input(self.conn, slug, occurrences_key, policy, refuse_edits=False)
+                sample_parts = sample_job_parts(input_key, cap, policy)
+            except StaleInputError:
+                pass  # no flags made for these rows yet: the run makes them first
         add(
             "occurrence_sample",
             slug,
-            self.table(OCCURRENCE_SAMPLE, slug, ref, sample_parts, [("occurrences", occurrences)]),
+            self.table(OCCURRENCE_SAMPLE, slug, ref, sample_parts, sample_upstream),
         )
         rules = MaskingRules(**op_config("masked_release"))
         release_upstream = [("occurrences", occurrences)]
         if rules.drops_flagged:
             release_upstream.append((OCCURRENCE_QUALITY.name, quality))
-        try:
-            release_parts = masked_release_parts(
-                release_input(self.conn, slug, rules, occurrences_key, refuse_edits=False)[0], rules
-            )
-        except StaleInputError:
-            # No flags made for these rows yet: the run makes them first (occurrence_quality's step says so).
-            release_parts = None
-        if release_parts is None:
-            unknown = Step(LOAD, "input changed", True)
-            if last_recorded_output(self.conn, MASKED_RELEASE, slug) is None:
-                unknown = Step(LOAD, "first load", True)
-            add(MASKED_RELEASE, slug, _after(release_upstream) or unknown)
-        else:
-            current = export_is_current(self.paths.partition(MASKED_RELEASE, slug), release_parts.key)
-            add(
+        add(
+            MASKED_RELEASE,
+            slug,
+            self.policy_output(
                 MASKED_RELEASE,
                 slug,
-                self.output(MASKED_RELEASE, slug, release_parts, current, release_upstream),
-            )
+                lambda: masked_release_parts(
+                    release_input(self.conn, slug, rules, occurrences_key, refuse_edits=False)[0], rules
+                ),
+                self.paths.partition(MASKED_RELEASE, slug),
+                release_upstream,
+            ),
+        )
 
         geocoded = add("geocoded_localities", slug, self.geocoded(species, raw_step))
         inputs = {
@@ -390,21 +424,36 @@ class Planner:
         summary = self.plan.add(
             "occurrence_sample_summary", WHOLE_TARGET, _after([("occurrence_sample", sample)]) or SKIPPED
         )
-        sample_parts = sample_export_parts(self.conn)
-        current = export_is_current(self.paths.exports("sample"), sample_parts.key)
+        sample_policy = str(op_config("sample_export").get("policy", DEFAULT_EXPORT_POLICY))
         upstream = [("occurrence_sample_summary", summary)]
+        if drops_flagged(sample_policy):
+            upstream.append((OCCURRENCE_QUALITY.name, flags))
         self.plan.add(
             "sample_export",
             WHOLE_TARGET,
-            self.output("sample_export", WHOLE_TARGET, sample_parts, current, upstream),
+            self.policy_output(
+                "sample_export",
+                WHOLE_TARGET,
+                lambda: sample_export_input(self.conn, sample_policy, refuse_edits=False).parts,
+                self.paths.exports("sample"),
+                upstream,
+            ),
         )
-        devil_parts = export_parts(self.held_key(DEVIL_SNAPSHOT.name, WHOLE_TARGET))
-        current = export_is_current(self.paths.exports("devil_snapshot"), devil_parts.key)
+        devil_policy = str(op_config("devil_snapshot_export").get("policy", DEFAULT_EXPORT_POLICY))
+        upstream = [("devil_snapshot", devil)]
+        if drops_flagged(devil_policy):
+            upstream.append(
+                (OCCURRENCE_QUALITY.name, self.plan.steps[OCCURRENCE_QUALITY.name].get(DEVIL_SLUG, SKIPPED))
+            )
         self.plan.add(
             "devil_snapshot_export",
             WHOLE_TARGET,
-            self.output(
-                "devil_snapshot_export", WHOLE_TARGET, devil_parts, current, [("devil_snapshot", devil)]
+            self.policy_output(
+                "devil_snapshot_export",
+                WHOLE_TARGET,
+                lambda: devil_snapshot_export_input(self.conn, devil_policy, refuse_edits=False).parts,
+                self.paths.exports("devil_snapshot"),
+                upstream,
             ),
         )
 

@@ -2,6 +2,7 @@
 
 import csv
 import itertools
+import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,13 +30,14 @@ from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount
 from surveillance_pipeline.quality.rules import POLICY_ANY_ENABLED
 from surveillance_pipeline.releases import quality_report as quality_report_export
 from surveillance_pipeline.releases.build import (
+    DEFAULT_EXPORT_POLICY,
     EXPORT_VERSION,
     BuiltExport,
     build_devil_snapshot_export,
     build_sample_export,
-    devil_snapshot_export_parts,
+    devil_snapshot_export_input,
     export_if_changed,
-    sample_export_parts,
+    sample_export_input,
 )
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
@@ -58,6 +60,13 @@ from surveillance_pipeline.releases.registration import register_export
 from surveillance_pipeline.releases.replay import replay_masked_release as replay_from_provenance
 
 
+class ExportConfig(dg.Config):
+    """Which records an export releases: the release policy over occurrence_quality's flags."""
+
+    # drop_any_flagged: every record no enabled quality test flagged (as the masked release); keep_all.
+    policy: str = DEFAULT_EXPORT_POLICY
+
+
 def _export(
     context: dg.AssetExecutionContext,
     warehouse: Warehouse,
@@ -70,6 +79,7 @@ def _export(
     with warehouse.connect() as conn:
         parts, built = export_if_changed(conn, folder, parts_of, build)
         rows = built.files[0].rows if built else manifest_rows(folder)
+        policy = manifest_policy(folder)
         outcome = report_derived_output(
             conn,
             asset=f"{name}_export",
@@ -86,9 +96,17 @@ def _export(
             folder=dg.MetadataValue.path(str(folder)),
             manifest_sha256=sha256_file(folder / MANIFEST),
             order="ORDER BY id",
+            policy=str(policy.get("name", "")),
+            excluded=int(policy.get("excluded", 0)),
             first_rows=first_rows(folder / f"{name}.csv"),
         ),
     )
+
+
+def manifest_policy(folder: Path) -> dict[str, Any]:
+    """The policy block of an export's manifest (what it applied and excluded)."""
+    policy = json.loads((folder / MANIFEST).read_bytes()).get("policy", {})
+    return policy if isinstance(policy, dict) else {}
 
 
 FIRST_ROWS = 10
@@ -120,30 +138,44 @@ EXPORT_ASSET: dict[str, Any] = {
     metadata=outputs_metadata(folders=["exports/sample"]),
     **EXPORT_ASSET,
     # Other domains' assets are named by key: a domain imports no other domain's asset objects.
-    deps=[dg.AssetKey("occurrence_sample_summary")],
+    deps=[dg.AssetKey("occurrence_sample_summary"), dg.AssetKey("occurrence_quality")],
     pool="sample_export",
-    description="data/exports/sample/: sample.csv and sample.parquet (GeoParquet) ordered by id, and "
-    "manifest.json with each file's sha256, rows and the job key they came from.",
+    description="data/exports/sample/: the sample's records its policy keeps (default: those no quality "
+    "test flagged), as sample.csv and sample.parquet (GeoParquet) ordered by id, and manifest.json with "
+    "each file's sha256, rows, the job key they came from and the policy with what it excluded.",
 )
 def sample_export(
-    context: dg.AssetExecutionContext, warehouse: Warehouse, paths: DataPaths
+    context: dg.AssetExecutionContext, config: ExportConfig, warehouse: Warehouse, paths: DataPaths
 ) -> PartitionEvents:
-    yield from _export(context, warehouse, paths, "sample", sample_export_parts, build_sample_export)
+    yield from _export(
+        context,
+        warehouse,
+        paths,
+        "sample",
+        lambda conn: sample_export_input(conn, config.policy).parts,
+        lambda conn: build_sample_export(conn, config.policy),
+    )
 
 
 @dg.asset(
     metadata=outputs_metadata(folders=["exports/devil_snapshot"]),
     **EXPORT_ASSET,
-    deps=[dg.AssetKey("devil_snapshot")],
+    deps=[dg.AssetKey("devil_snapshot"), dg.AssetKey("occurrence_quality")],
     pool="devil_snapshot_export",
-    description="data/exports/devil_snapshot/: devil_snapshot.csv and .parquet ordered by id, "
-    "and manifest.json.",
+    description="data/exports/devil_snapshot/: devil_snapshot's rows its policy keeps (default: those no "
+    "quality test flagged in the devil's occurrence_quality partition), as devil_snapshot.csv and .parquet "
+    "ordered by id, and manifest.json with the policy and what it excluded.",
 )
 def devil_snapshot_export(
-    context: dg.AssetExecutionContext, warehouse: Warehouse, paths: DataPaths
+    context: dg.AssetExecutionContext, config: ExportConfig, warehouse: Warehouse, paths: DataPaths
 ) -> PartitionEvents:
     yield from _export(
-        context, warehouse, paths, "devil_snapshot", devil_snapshot_export_parts, build_devil_snapshot_export
+        context,
+        warehouse,
+        paths,
+        "devil_snapshot",
+        lambda conn: devil_snapshot_export_input(conn, config.policy).parts,
+        lambda conn: build_devil_snapshot_export(conn, config.policy),
     )
 
 

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fingerprints import verify_every_skip
-from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import (
@@ -43,8 +43,15 @@ from surveillance_pipeline.core.refresh import (
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.occurrences.load import OCCURRENCES
-from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, first_flag_counts, flags_for_release
-from surveillance_pipeline.quality.rules import POLICIES, POLICY_ANY_ENABLED
+from surveillance_pipeline.quality.flags import first_flag_counts
+from surveillance_pipeline.quality.policy import (
+    checked_policy,
+    drops_flagged,
+    input_under_policy,
+    kept_by_policy,
+    policy_record,
+)
+from surveillance_pipeline.quality.rules import POLICY_ANY_ENABLED
 from surveillance_pipeline.releases.exports import (
     EXPORT_FORMAT,
     GEOPARQUET_FORMAT,
@@ -108,13 +115,12 @@ class MaskingRules:
     def as_config(self) -> dict[str, Any]:
         if not 0 <= self.min_m < self.max_m:
             raise ValueError(f"masked_release: need 0 <= min_m < max_m, got {self.min_m} and {self.max_m}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"masked_release: unknown policy {self.policy!r} (known: {', '.join(POLICIES)})")
+        checked_policy(self.policy, "masked_release")
         return {"min_m": float(self.min_m), "max_m": float(self.max_m), "policy": self.policy}
 
     @property
     def drops_flagged(self) -> bool:
-        return self.policy == POLICY_ANY_ENABLED
+        return drops_flagged(self.policy)
 
 
 def donut_mask(
@@ -337,9 +343,9 @@ class MaskedRelease:
 
 def kept_records(rules: MaskingRules) -> sql.Composable:
     """The release's row filter (a condition on ``occurrences``) for its policy."""
-    if not rules.drops_flagged:
-        return sql.SQL("TRUE")
-    return load_sql(PACKAGE, "condition_not_flagged").format(quality=sql.Identifier(OCCURRENCE_QUALITY.name))
+    return kept_by_policy(
+        rules.policy, sql.Identifier("occurrences", "id"), sql.Identifier("occurrences", "species_id")
+    )
 
 
 def release_input(
@@ -353,11 +359,9 @@ def release_input(
     """The release's input: what occurrences holds and, under a policy over the flags, what
     occurrence_quality holds for those rows (its content version, so a threshold change that flags the
     same records rebuilds nothing); and the tests' versions and parameters the policy applies."""
-    if not rules.drops_flagged:
-        return occurrences_key, {}
-    version, tests = flags_for_release(conn, slug, occurrences_key, refuse_edits=refuse_edits)
-    combined = canonical_json({"occurrences": occurrences_key, OCCURRENCE_QUALITY.name: version})
-    return sha256_hex(combined.encode("utf-8")), tests
+    return input_under_policy(
+        conn, rules.policy, (OCCURRENCES.name, occurrences_key), [slug], refuse_edits=refuse_edits
+    )
 
 
 def masked_release_parts(input_job_key: str, rules: MaskingRules) -> JobKeyParts:
@@ -516,18 +520,9 @@ def _kept_release(
 def _policy_record(
     conn: psycopg.Connection, rules: MaskingRules, tests: dict[str, Any], species_id: int | None
 ) -> dict[str, Any]:
-    """The manifest's account of the policy: its name, each test's version and parameters as
-    occurrence_quality applied them, and how many records each test was the first to exclude."""
-    if not rules.drops_flagged:
-        return {"name": rules.policy, "excluded": 0}
-    excluded = first_flag_counts(conn, species_id) if species_id is not None else {}
-    return {
-        "name": rules.policy,
-        "rule": "leave out every record that an enabled test flags (occurrence_quality.first_flag is set)",
-        "tests": tests,
-        "excluded": sum(excluded.values()),
-        "excluded_by_first_reason": excluded,
-    }
+    """The manifest's account of the policy (policy_record), counted over the species' records."""
+    excluded = first_flag_counts(conn, species_id) if rules.drops_flagged and species_id is not None else {}
+    return policy_record(rules.policy, tests, excluded)
 
 
 def _bbox_and_histogram(

@@ -27,6 +27,7 @@ from surveillance_pipeline.samples.engines import (
 )
 from surveillance_pipeline.samples.load import (
     DEFAULT_CAP,
+    DEFAULT_POLICY,
     OCCURRENCE_SAMPLE,
     SUMMARY_VERSION,
     held_sample_inputs,
@@ -36,21 +37,27 @@ from surveillance_pipeline.samples.load import (
 
 
 class SampleConfig(dg.Config):
-    """The sample's one row-shaping setting: how many records per species."""
+    """The sample's row-shaping settings: how many records per species, and from which of them."""
 
     cap: int = DEFAULT_CAP
+    # keep_all: over every record of occurrences (the sample's definition); drop_any_flagged: over the
+    # records no enabled occurrence_quality test flagged.
+    policy: str = DEFAULT_POLICY
 
 
 @species_asset(
     metadata=outputs_metadata(tables=["occurrence_sample", "sample_drift"]),
     group_name="samples",
     # Another domain's asset is named by key: a domain imports no other domain's asset objects.
-    deps=[dg.AssetKey("occurrences")],
+    # occurrence_quality: read only under a policy that drops flagged records (its content version is then
+    # in the sample's key); otherwise its new data versions skip here.
+    deps=[dg.AssetKey("occurrences"), dg.AssetKey("occurrence_quality")],
     automation_condition=REFRESH_WHEN_INPUTS_CHANGE,
     code_version=OCCURRENCE_SAMPLE.code_version,
     pool="occurrence_sample",
     description="Per species, the first `cap` occurrences by md5(id::text), then id, computed in PostGIS "
-    "(table occurrence_sample); each refresh records which ids entered and left (table sample_drift).",
+    "(table occurrence_sample), over every record or (policy drop_any_flagged) over those no quality test "
+    "flagged; each refresh records which ids entered and left (table sample_drift).",
 )
 def occurrence_sample(
     context: dg.AssetExecutionContext, config: SampleConfig, warehouse: Warehouse
@@ -69,6 +76,7 @@ def occurrence_sample(
                 cap=config.cap,
                 run_id=context.run.run_id,
                 held=held,
+                policy=config.policy,
             )
             return outcome_report(
                 outcome,

@@ -27,6 +27,8 @@ from surveillance_pipeline.core.keys import canonical_json, sha256_file_once, sh
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.sql_files import load_sql, sql_text
+from surveillance_pipeline.quality.policy import drops_flagged, flagged_ids
+from surveillance_pipeline.quality.rules import POLICY_KEEP_ALL
 from surveillance_pipeline.samples.rules import SampleSummary, pick_sample, summarize_ids
 
 if TYPE_CHECKING:
@@ -39,28 +41,37 @@ PACKAGE = "surveillance_pipeline.samples"
 
 @dataclass(frozen=True)
 class SpeciesSampleRule:
-    """What one species' sample was built from: its derived file, the occurrences config, the cap."""
+    """What one species' sample was built from: its derived file, the occurrences config, the cap, and
+    under a policy that drops flagged records, the ids occurrence_quality flagged (the flags are PostGIS's
+    work; the engines check the sampling rule over them)."""
 
     species_id: int
     derived_path: Path
     licenses: tuple[str, ...]
     require_coordinates: bool
     cap: int
+    policy: str = POLICY_KEEP_ALL
+    excluded: frozenset[int] = frozenset()
 
 
 def recorded_rules(conn: psycopg.Connection, derived_paths: Mapping[str, Path]) -> list[SpeciesSampleRule]:
     """The rules each sampled species was built with, read from the state rows (checked, not assumed)."""
     rows = conn.execute(load_sql(PACKAGE, "select_recorded_sample_rules")).fetchall()
-    return [
-        SpeciesSampleRule(
-            species_id=species_id,
-            derived_path=derived_paths[slug],
-            licenses=tuple(occurrence_config["licenses"]),
-            require_coordinates=bool(occurrence_config["require_coordinates"]),
-            cap=int(sample_config["cap"]),
+    rules = []
+    for slug, species_id, occurrence_config, sample_config in rows:
+        policy = str(sample_config.get("policy", POLICY_KEEP_ALL))
+        rules.append(
+            SpeciesSampleRule(
+                species_id=species_id,
+                derived_path=derived_paths[slug],
+                licenses=tuple(occurrence_config["licenses"]),
+                require_coordinates=bool(occurrence_config["require_coordinates"]),
+                cap=int(sample_config["cap"]),
+                policy=policy,
+                excluded=flagged_ids(conn, species_id) if drops_flagged(policy) else frozenset(),
+            )
         )
-        for slug, species_id, occurrence_config, sample_config in rows
-    ]
+    return rules
 
 
 def postgis_summary(conn: psycopg.Connection) -> SampleSummary:
@@ -77,8 +88,15 @@ def duckdb_summary(rules: list[SpeciesSampleRule]) -> SampleSummary:
     summary in DuckDB too."""
     with duckdb.connect(":memory:") as con:
         con.execute("CREATE TABLE picked (species_id INTEGER, id BIGINT)")
+        # The ids a policy leaves out, as a table: NOT IN over it is a hash anti-join, not a list per row.
+        con.execute("CREATE TABLE excluded (species_id INTEGER, id BIGINT)")
         pick = sql_text(PACKAGE, "insert_duckdb_species_sample")
         for rule in rules:
+            if rule.excluded:
+                con.execute(
+                    "INSERT INTO excluded SELECT $species_id, unnest(CAST($ids AS BIGINT[]))",
+                    {"species_id": rule.species_id, "ids": sorted(rule.excluded)},
+                )
             con.execute(
                 pick,
                 {
@@ -118,6 +136,9 @@ def python_picks(rules: list[SpeciesSampleRule]) -> dict[int, list[int]]:
                 and (not row[at_license] or row[at_license] in licenses)
                 and (not coordinates_required or row[at_longitude])
             )
+            if rule.excluded:
+                excluded = rule.excluded
+                ids = (gbif_id for gbif_id in ids if gbif_id not in excluded)
             picked[rule.species_id] = [gbif_id for gbif_id, _ in pick_sample(ids, rule.cap)]
     return picked
 
@@ -177,7 +198,15 @@ def engines_inputs_key(
         "engines": ENGINES_VERSION,
         "sample": partitions,
         "rules": [
-            [r.species_id, sha256_file_once(r.derived_path), list(r.licenses), r.require_coordinates, r.cap]
+            # The excluded ids are named by the sample's keys (the flags' content version under a policy).
+            [
+                r.species_id,
+                sha256_file_once(r.derived_path),
+                list(r.licenses),
+                r.require_coordinates,
+                r.cap,
+                r.policy,
+            ]
             for r in sorted(rules, key=lambda rule: rule.species_id)
         ],
     }

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.refresh import (
     WHOLE_TARGET,
@@ -22,6 +23,8 @@ from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.load import OCCURRENCES
+from surveillance_pipeline.quality.policy import checked_policy, input_under_policy, kept_by_policy
+from surveillance_pipeline.quality.rules import POLICY_KEEP_ALL
 from surveillance_pipeline.samples.engines import postgis_summary
 from surveillance_pipeline.samples.rules import SampleSummary
 
@@ -30,6 +33,8 @@ OCCURRENCE_SAMPLE = Target(
     "occurrence_sample", PACKAGE, "create_occurrence_sample", partition_column="species_id"
 )
 DEFAULT_CAP = 100
+# The sample's definition is over every record of occurrences; asked, it samples under a release policy.
+DEFAULT_POLICY = POLICY_KEEP_ALL
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,30 @@ def sample_state_digest(conn: psycopg.Connection) -> str:
     return sha256_hex(canonical_json([list(k) for k in keys]).encode("utf-8"))
 
 
-def sample_job_parts(upstream_key: str, cap: int) -> JobKeyParts:
-    return OCCURRENCE_SAMPLE.key_parts(upstream_key, {"cap": cap})
+def sampled_slugs(conn: psycopg.Connection) -> list[str]:
+    """The species the sample holds a partition of, by slug."""
+    rows = conn.execute(
+        "SELECT partition_key FROM target_state WHERE target = %s ORDER BY partition_key",
+        [OCCURRENCE_SAMPLE.name],
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def sample_job_parts(input_key: str, cap: int, policy: str = DEFAULT_POLICY) -> JobKeyParts:
+    """``input_key``: what occurrences holds, with the flags' content version under a policy that drops
+    (sample_input)."""
+    return OCCURRENCE_SAMPLE.key_parts(
+        input_key, {"cap": cap, "policy": checked_policy(policy, OCCURRENCE_SAMPLE.name)}
+    )
+
+
+def sample_input(
+    conn: psycopg.Connection, slug: str, occurrences_key: str, policy: str, *, refuse_edits: bool = True
+) -> str:
+    """The sample's input key: occurrences' key, and under a policy that drops the flags' content version."""
+    return input_under_policy(
+        conn, policy, (OCCURRENCES.name, occurrences_key), [slug], refuse_edits=refuse_edits
+    )[0]
 
 
 def held_sample_inputs(conn: psycopg.Connection) -> HeldKeys:
@@ -59,9 +86,16 @@ def held_sample_inputs(conn: psycopg.Connection) -> HeldKeys:
 
 
 def refresh_species_sample(
-    conn: psycopg.Connection, *, species: Species, cap: int, run_id: str, held: HeldKeys | None = None
+    conn: psycopg.Connection,
+    *,
+    species: Species,
+    cap: int,
+    run_id: str,
+    held: HeldKeys | None = None,
+    policy: str = DEFAULT_POLICY,
 ) -> tuple[RefreshOutcome, Drift]:
-    """Make ``occurrence_sample`` hold this species' first ``cap`` picks of what ``occurrences`` holds.
+    """Make ``occurrence_sample`` hold this species' first ``cap`` picks of what ``occurrences`` holds
+    (under ``policy``, of the records it keeps).
 
     ``held``: the keys ``occurrences`` held when the step began, from which a skip is decided in one
     statement (refresh_partition's ``likely_parts``).
@@ -70,8 +104,11 @@ def refresh_species_sample(
         raise ValueError(f"occurrence_sample config: cap must be at least 1, got {cap}")
     drift = Drift()
 
+    checked_policy(policy, OCCURRENCE_SAMPLE.name)
+
     def parts(connection: psycopg.Connection) -> JobKeyParts:
-        return sample_job_parts(upstream_job_key(connection, OCCURRENCES.name, species.slug), cap)
+        occurrences_key = upstream_job_key(connection, OCCURRENCES.name, species.slug)
+        return sample_job_parts(sample_input(connection, species.slug, occurrences_key, policy), cap, policy)
 
     def replace_rows(connection: psycopg.Connection) -> int:
         table = sql.Identifier(OCCURRENCE_SAMPLE.name)
@@ -86,7 +123,12 @@ def refresh_species_sample(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
         rows = connection.execute(
-            load_sql(PACKAGE, "insert_species_sample").format(occurrence_sample=table),
+            load_sql(PACKAGE, "insert_species_sample").format(
+                occurrence_sample=table,
+                kept=kept_by_policy(
+                    policy, sql.Identifier("occurrences", "id"), sql.Identifier("occurrences", "species_id")
+                ),
+            ),
             {"species_id": species.species_id, "cap": cap},
         ).rowcount
         changes = connection.execute(
@@ -98,6 +140,12 @@ def refresh_species_sample(
         return rows
 
     held_upstream = held.get(OCCURRENCES.name, species.slug) if held is not None else None
+    likely = None
+    if held_upstream is not None:
+        try:
+            likely = sample_job_parts(sample_input(conn, species.slug, held_upstream, policy), cap, policy)
+        except StaleInputError:
+            pass  # refresh_partition reads it again, under its lock, and says why
     outcome = refresh_partition(
         conn,
         target=OCCURRENCE_SAMPLE,
@@ -106,7 +154,7 @@ def refresh_species_sample(
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
-        likely_parts=sample_job_parts(held_upstream, cap) if held_upstream is not None else None,
+        likely_parts=likely,
     )
     return outcome, drift
 

@@ -15,13 +15,25 @@ from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.planning.plan import make_plan
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.outliers import outlier_sites, weighted_quantiles
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
 from surveillance_pipeline.quality.settings import configured_rules
-from surveillance_pipeline.releases.assets import masked_release, quality_report
+from surveillance_pipeline.releases.assets import (
+    devil_snapshot_export,
+    masked_release,
+    quality_report,
+    sample_export,
+)
+from surveillance_pipeline.samples.assets import (
+    occurrence_sample,
+    occurrence_sample_summary,
+    sample_engines_agree,
+)
+from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SPINE,
@@ -418,3 +430,85 @@ def test_a_hand_edit_of_the_flags_is_planned_repaired_and_the_release_kept(db, d
         assert quality["reason"] == "target edited outside the pipeline (UPDATE)"
         assert released["action"] == "skipped" and rows_md5(db, "occurrence_quality") == rows
         assert sha256_file(data_dir / "masked_release" / DEVIL / "manifest.json") == release
+
+
+def _csv_ids(path) -> list[int]:
+    return [int(line.split(",", 1)[0]) for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_the_sample_and_the_exports_apply_their_policy_and_say_so(db, database_url, data_dir):
+    """By default the sample is over every record and the exports leave out what a test flagged; asked,
+    the sample is drawn from the unflagged records (and the three engines agree on it)."""
+    write_lab_delivery(data_dir, "A", "2026-11-02")
+    devil = species_by_slug(DEVIL)
+    exports = [
+        occurrence_sample_summary,
+        sample_engines_agree,
+        sample_export,
+        devil_snapshot,
+        devil_snapshot_export,
+    ]
+    with dg.instance_for_test() as instance:
+
+        def run(sample_policy=None, export_policy=None):
+            sample = {"occurrence_sample": {"config": {"policy": sample_policy}}} if sample_policy else {}
+            dg.materialize(
+                [*QUALITY_CHAIN, occurrence_sample],
+                instance=instance,
+                partition_key=DEVIL,
+                resources=resources(database_url, data_dir),
+                run_config={"ops": sample},
+            )
+            ops = {}
+            if export_policy:
+                ops = {
+                    name: {"config": {"policy": export_policy}}
+                    for name in ("sample_export", "devil_snapshot_export")
+                }
+            result = dg.materialize(
+                exports,
+                instance=instance,
+                resources=resources(database_url, data_dir),
+                run_config={"ops": ops},
+            )
+            assert all(check.passed for check in result.get_asset_check_evaluations())
+            return metadata(result, "sample_export"), metadata(result, "devil_snapshot_export")
+
+        sample_meta, devil_meta = run()
+        flagged = {key for key, row in _flags(db, devil.species_id).items() if row["first_flag"] is not None}
+        sampled = {row[0] for row in db.execute("SELECT id FROM occurrence_sample")}
+        snapshot = {row[0] for row in db.execute("SELECT id FROM devil_snapshot")}
+        # The sample keeps its definition (over every record), so some of its records are flagged.
+        assert len(sampled) == 100 and sampled & flagged and snapshot & flagged
+        sample_folder, devil_folder = data_dir / "exports" / "sample", data_dir / "exports" / "devil_snapshot"
+        assert _csv_ids(sample_folder / "sample.csv") == sorted(sampled - flagged)
+        assert _csv_ids(devil_folder / "devil_snapshot.csv") == sorted(snapshot - flagged)
+        for folder, meta, excluded in (
+            (sample_folder, sample_meta, sampled & flagged),
+            (devil_folder, devil_meta, snapshot & flagged),
+        ):
+            policy = json.loads((folder / "manifest.json").read_bytes())["policy"]
+            assert policy["name"] == meta["policy"] == "drop_any_flagged"
+            assert policy["excluded"] == meta["excluded"] == len(excluded)
+            assert sum(policy["excluded_by_first_reason"].values()) == len(excluded)
+            assert policy["tests"]["uncertainty"]["limit_m"] == 10_000.0
+        files = {path.name: sha256_file(path) for path in sample_folder.iterdir()}
+
+        # Asked, the sample is the first 100 by md5 among the unflagged records; the engines agree on it.
+        run(sample_policy="drop_any_flagged")
+        unflagged = db.execute(
+            "SELECT id FROM occurrences WHERE species_id = %s ORDER BY md5(id::text), id", [devil.species_id]
+        ).fetchall()
+        expected = [row[0] for row in unflagged if row[0] not in flagged][:100]
+        picked = db.execute("SELECT id FROM occurrence_sample ORDER BY pick").fetchall()
+        assert [row[0] for row in picked] == expected
+        assert json.loads((sample_folder / "manifest.json").read_bytes())["policy"]["excluded"] == 0
+
+        # keep_all releases every record; back to the defaults, the first exports byte for byte.
+        sample_meta, devil_meta = run(export_policy="keep_all")
+        assert sample_meta["excluded"] == devil_meta["excluded"] == 0
+        assert _csv_ids(devil_folder / "devil_snapshot.csv") == sorted(snapshot)
+        run()
+        assert {path.name: sha256_file(path) for path in sample_folder.iterdir()} == files

@@ -12,7 +12,7 @@ from surveillance_pipeline.releases.assets import devil_snapshot_export, sample_
 from surveillance_pipeline.releases.build import build_devil_snapshot_export
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
-from surveillance_pipeline_tests.support.pipeline import SAMPLED, materialize, resources
+from surveillance_pipeline_tests.support.pipeline import SAMPLED, keep_all, materialize, resources
 
 pytestmark = pytest.mark.db
 PLATYPUS = "ornithorhynchus-anatinus"
@@ -33,6 +33,7 @@ def _export_all(instance, database_url, data_dir):
         [occurrence_sample_summary, sample_export, devil_snapshot, devil_snapshot_export],
         instance=instance,
         resources=resources(database_url, data_dir),
+        run_config=keep_all("sample_export", "devil_snapshot_export"),
     )
     return {
         node: {k: v.value for k, v in result.asset_materializations_for_node(node)[0].metadata.items()}
@@ -103,11 +104,11 @@ def test_an_update_that_moves_a_row_changes_an_unordered_export_but_not_ours(
         rows = db.execute("SELECT id, year, license, pick FROM devil_snapshot").fetchall()
         return hashlib.sha256(repr(rows).encode()).hexdigest()
 
-    ours_before = [f.data for f in build_devil_snapshot_export(db).files]
+    ours_before = [f.data for f in build_devil_snapshot_export(db, "keep_all").files]
     unordered_before = unordered()
     # Content unchanged, so written as a refresh writes (the watch would rightly note any other UPDATE).
     with db.transaction():
         db.execute("SELECT set_config('surveillance.refreshing', 'on', true)")
         db.execute("UPDATE devil_snapshot SET year = year WHERE id = (SELECT min(id) FROM devil_snapshot)")
     assert unordered() != unordered_before, "the updated row moved to the end of the heap"
-    assert [f.data for f in build_devil_snapshot_export(db).files] == ours_before
+    assert [f.data for f in build_devil_snapshot_export(db, "keep_all").files] == ours_before

@@ -14,7 +14,7 @@ from surveillance_pipeline.releases.assets import (
 )
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
-from surveillance_pipeline_tests.support.pipeline import SAMPLED, materialize, resources
+from surveillance_pipeline_tests.support.pipeline import SAMPLED, keep_all, materialize, resources
 
 pytestmark = pytest.mark.db
 PASSWORD = "s3cret-Pw-for-tests"
@@ -41,6 +41,7 @@ def released(db, database_url, data_dir, instance):
         [occurrence_sample_summary, sample_export],
         instance=instance,
         resources=resources(database_url, data_dir),
+        run_config=keep_all("sample_export"),
     )
     return (data_dir / "exports" / "sample" / "manifest.json").read_bytes()
 

@@ -312,3 +312,9 @@ def run_everything(defs: dg.Definitions, instance: dg.DagsterInstance, root: Pat
         checks = check_evaluations(instance, run.run_id)
         assert all(checks.values()), checks
     return materialized
+
+
+def keep_all(*exports: str) -> dict[str, Any]:
+    """Run config under which these exports release every record: for tests of the exports' own
+    mechanics, which make no quality flags (the default policy reads them)."""
+    return {"ops": {name: {"config": {"policy": "keep_all"}} for name in exports}}

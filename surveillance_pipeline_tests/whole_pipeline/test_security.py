@@ -37,7 +37,7 @@ from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.paths import PROJECT_ROOT as PROJECT
-from surveillance_pipeline_tests.support.pipeline import DEVIL, SAMPLED
+from surveillance_pipeline_tests.support.pipeline import DEVIL, SAMPLED, keep_all
 
 # Long random values, new each run: a secret found in the scan can be nothing else (a short or common one,
 # say a password "acc", would be found in "accepting").
@@ -182,7 +182,9 @@ def _runs_that_use_every_secret(instance, resources, gbif: FakeGbif, planted: di
     """Loads, a sample release registered with GBIF (the credentials really sent), a delivery."""
     for slug in (DEVIL, "ornithorhynchus-anatinus"):
         assert _run(instance, resources, SAMPLED, slug).success
-    assert _run(instance, resources, [occurrence_sample_summary, sample_export]).success
+    assert _run(
+        instance, resources, [occurrence_sample_summary, sample_export], config=keep_all("sample_export")
+    ).success
     assert _register(instance, resources).success
     assert gbif.posts() and gbif.posts()[0]["authorization"] == f"Basic {planted['GBIF Basic token']}"
     write_lab_delivery(data_dir, "A", "2026-11-02")

@@ -17,5 +17,6 @@ FROM read_csv(
 ) AS csv
 WHERE (csv.license IS NULL OR list_contains(CAST($licenses AS VARCHAR[]), csv.license))
   AND (NOT $require_coordinates OR csv.longitude IS NOT NULL)
+  AND csv.id NOT IN (SELECT id FROM excluded WHERE species_id = $species_id)
 ORDER BY md5(CAST(csv.id AS VARCHAR)), csv.id
 LIMIT $cap
