@@ -185,7 +185,11 @@ class RegistrationConfig(dg.Config):
     publish: bool
     source_url_base: str = ""
     title: str = "md5-capped sample of Tasmanian species occurrences"
-    description: str = "The first 100 GBIF occurrence records per species ordered by md5(id::text), then id."
+    # The export's policy (default: leave out what a quality test flagged) is named in its manifest.
+    description: str = (
+        "The first 100 GBIF occurrence records per species ordered by md5(id::text), then id, less those "
+        "a quality test flagged (manifest.json names the policy and the tests)."
+    )
 
 
 # Registering mints a DOI at GBIF, so no bulk launch may reach it: not "Materialize all" or "Materialize
