@@ -12,6 +12,9 @@ EVENT_BATCH_SIZE := 200
 WITH_ENV := set -a && . .local/env.sh && set +a && \
 	export DAGSTER_HOME=$(CURDIR) DAGSTER_ARTIFACTS_DIR=$(CURDIR)/.dagster \
 	DAGSTER_COMPUTE_LOGS_DIR=$(CURDIR)/.dagster/compute_logs DAGSTER_EVENT_BATCH_SIZE=$(EVENT_BATCH_SIZE) &&
+# The commands a user runs against the warehouse also use the data-shaping settings an earlier command was
+# given (SURVEILLANCE_DATA_DIR, GBIF_SOURCE, the species and quality files), kept in .local/settings.env.
+WITH_KEPT := $(WITH_ENV) . scripts/kept_settings.sh &&
 
 .PHONY: help venv provision run plan verify repair test test-fast faults bench ui workers lint lock clean replay add-species
 
@@ -40,17 +43,17 @@ run: provision ## Materialize every asset on the lab data and print what was loa
 	@$(WITH_ENV) broker=$${REDIS_URL:+REDIS_URL}; if [ "$${SURVEILLANCE_PROFILE:-local}" = distributed ]; then \
 		echo "make run: profile distributed: steps go to the Celery workers through $${broker:-redis://127.0.0.1:6379/0} (make workers N=2; wait for their ready.)"; \
 	else echo "make run: profile local: every step in this process (SURVEILLANCE_PROFILE=distributed sends them to workers)"; fi
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.make_run
+	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.commands.make_run
 
 plan: provision ## What the next make run would load, and why (reads only; like terraform plan)
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.plan
+	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.commands.plan
 
-verify: provision ## Check every table target's partitions against the fingerprints their loads recorded (reads only)
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.verify
+verify: provision ## Check every table target's partitions against the fingerprints their loads recorded; notes what it finds for the next make run to repair
+	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.commands.verify
 
 repair: provision ## make run, comparing every skipped partition's rows with its fingerprint (after make verify)
 	@mkdir -p .dagster
-	@$(WITH_ENV) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.commands.make_run
+	@$(WITH_KEPT) SURVEILLANCE_VERIFY_TARGETS=1 $(BIN)/python -m surveillance_pipeline.commands.make_run
 
 test: provision ## Run the whole test suite against the provisioned PostGIS (and a real dagster dev)
 	@bash scripts/provision_chromium.sh
@@ -63,7 +66,7 @@ test-fast: provision ## The suite without the browser session and the Celery wor
 	@$(WITH_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile -m "not e2e and not distributed"
 
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
+	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
 
 faults: provision ## Kill, restart, overlap and disconnect loads; print the reliability table (~5–8 min)
 	@mkdir -p .dagster
@@ -71,13 +74,13 @@ faults: provision ## Kill, restart, overlap and disconnect loads; print the reli
 
 ui: provision ## The Dagster UI and daemon on http://127.0.0.1:3000
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.commands.pools && \
+	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.commands.pools && \
 		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
 workers: provision ## Keep N Celery workers running for the distributed profile (make workers N=2); Ctrl-C stops them
 	@bash scripts/provision_redis.sh
 	@mkdir -p .dagster
-	@$(WITH_ENV) $(BIN)/python -m surveillance_pipeline.orchestration.workers $(or $(N),2)
+	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.orchestration.workers $(or $(N),2)
 
 bench: provision ## Time the paths and every asset at 1M and 5M against their limits (BENCH_ARGS=--only-at-size, --no-at-size, --with-20m, --only-distributed, --downloads, --only-whole-run, ...; python -m bench --help)
 	@mkdir -p .dagster
