@@ -68,6 +68,11 @@ found" where a search of dagster-io/dagster's issues found no request for it):
   processes per step (dagster.yaml names the subclass). The class is ``@public`` but lives in a private
   module, and its capture is overridden. Waits for dagster#1906 (one way to manage compute log mirroring's
   processes); dagster#23336 (the tail can miss a step's last lines) is what the thread also avoids.
+- ``HIDDEN_TAG_PREFIX`` (``.dagster/``): the UI lists a run's tags except those under this prefix (the
+  GraphQL ``tags`` resolver drops ``TagType.HIDDEN``). The run tags that are our bookkeeping, the process
+  that runs a run (run_health.py) and the settings it resolved (run_settings.py), live under it, so the
+  Runs list shows what a user set, not ours; ``is_hidden_tag`` is pinned by test_dagster_internals. None
+  found upstream (no public way to mark a tag as not for display).
 - ``set_celery_step_poll_seconds``: dagster-celery's run loop pauses ``TICK_SECONDS`` (1 s, a module
   global) between looks at its steps, so each step of a chain waited half a second on average before its
   successor was sent; the distributed executor sets 0.2 s. None found.
@@ -108,7 +113,10 @@ from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, L
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
+    HIDDEN_TAG_PREFIX,
     REPOSITORY_LABEL_TAG,
+    TagType,
+    get_tag_type,
 )
 from dagster._core.workspace.load import location_origins_from_yaml_paths
 from dagster._daemon.asset_daemon import get_auto_materialize_paused, set_auto_materialize_paused
@@ -133,6 +141,7 @@ __all__ = [
     "ConcurrencyClaimStatus",
     "DATA_VERSION_IS_USER_PROVIDED_TAG",
     "DATA_VERSION_TAG",
+    "HIDDEN_TAG_PREFIX",
     "NULL_EVENT_POINTER",
     "OWN_EVENTS_METADATA_KEY",
     "REPOSITORY_LABEL_TAG",
@@ -149,6 +158,7 @@ __all__ = [
     "execute_in_code_location",
     "get_input_data_version_tag",
     "get_input_event_pointer_tag",
+    "is_hidden_tag",
     "location_origins_from_yaml_paths",
     "log_batched_materialization",
     "pg_config",
@@ -158,6 +168,11 @@ __all__ = [
 ]
 
 REPOSITORY_NAME = "__repository__"
+
+
+def is_hidden_tag(key: str) -> bool:
+    """Whether the UI leaves this run tag out of the tags it shows."""
+    return get_tag_type(key) == TagType.HIDDEN
 
 
 def step_execution_context(context: dg.AssetExecutionContext) -> dg.StepExecutionContext:

@@ -40,13 +40,16 @@ from pathlib import Path
 
 import dagster as dg
 
-from surveillance_pipeline.orchestration.dagster_internals import executor_state
+from surveillance_pipeline.orchestration.dagster_internals import HIDDEN_TAG_PREFIX, executor_state
 
 # One tag says where a run runs, in words: "pid 1234 (started 5678) on host/pidns:4026531836, for run
 # <run id>". The run id is the run that wrote it: Dagster copies a run's tags to its re-executions, and a
 # re-execution carries its parent's process until it tags its own, so it must not be judged by the
-# parent's (gone) one. One plain tag, so the runs list shows what a run did, not our bookkeeping.
-PROCESS_TAG = "surveillance/process"
+# parent's (gone) one. Bookkeeping, not for display: under Dagster's hidden prefix, so the Runs list shows
+# the tags a user set (the step's host and process are in the run's own log).
+PROCESS_TAG = f"{HIDDEN_TAG_PREFIX}surveillance/process"
+# The tag's name before it was hidden: a run started by an older version is still judged by it.
+LEGACY_PROCESS_TAG = "surveillance/process"
 _PROCESS_TEXT = re.compile(
     r"pid (?P<pid>[0-9]+) \(started (?P<start>[0-9]*)\) on (?P<host>.+), for run (?P<run>\S+)"
 )
@@ -75,7 +78,7 @@ class RunProcess:
     def from_tags(cls, tags: Mapping[str, str], run_id: str) -> RunProcess | None:
         """The process run ``run_id`` tagged itself with; None when it has not (yet), or when the tag was
         copied from another run (a re-execution inherits its parent's tags)."""
-        match = _PROCESS_TEXT.fullmatch(tags.get(PROCESS_TAG, ""))
+        match = _PROCESS_TEXT.fullmatch(tags.get(PROCESS_TAG) or tags.get(LEGACY_PROCESS_TAG, ""))
         if match is None or match["run"] != run_id:
             return None
         return cls(match["host"], int(match["pid"]), match["start"])

@@ -47,9 +47,11 @@ from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
 from surveillance_pipeline.gbif.client import API_SOURCE, LAB_SOURCE
 from surveillance_pipeline.gbif.registry import load_registry, registry_path
 from surveillance_pipeline.geocoding.service import DEFAULT_GEOCODER_URL, LAB_GEOCODER
+from surveillance_pipeline.orchestration.dagster_internals import HIDDEN_TAG_PREFIX
 
-# The run tag holding the settings the run's process resolved, as canonical JSON.
-SETTINGS_TAG = "surveillance/settings"
+# The run tag holding the settings the run's process resolved, as canonical JSON: bookkeeping for the
+# workers' comparison, under Dagster's hidden prefix (the Runs list leaves it out).
+SETTINGS_TAG = f"{HIDDEN_TAG_PREFIX}surveillance/settings"
 GBIF_USER_VARIABLE = "GBIF_USER"
 UNSET = "(unset)"
 

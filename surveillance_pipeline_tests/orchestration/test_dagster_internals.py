@@ -235,3 +235,11 @@ def test_a_worker_keeps_one_instance_per_instance_ref():
             for kept in internals._STEP_INSTANCES.values():
                 kept.dispose()
             internals._STEP_INSTANCES.clear()
+
+
+def test_our_bookkeeping_tags_are_ones_the_ui_hides_and_a_users_are_not():
+    from surveillance_pipeline.orchestration.run_health import PROCESS_TAG
+    from surveillance_pipeline.orchestration.run_settings import SETTINGS_TAG
+
+    assert internals.is_hidden_tag(PROCESS_TAG) and internals.is_hidden_tag(SETTINGS_TAG)
+    assert not internals.is_hidden_tag("surveillance/species") and not internals.is_hidden_tag("team")

@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 
-from surveillance_pipeline.orchestration.run_health import RunProcess, process_start, this_host
+from surveillance_pipeline.orchestration.run_health import PROCESS_TAG, RunProcess, process_start, this_host
 
 
 def test_this_process_is_alive_and_a_finished_one_is_gone():
@@ -32,10 +32,8 @@ def test_a_run_on_another_host_or_pid_namespace_is_never_judged_from_here():
 def test_the_tags_round_trip_and_partial_tags_name_no_process():
     me = RunProcess.current()
     assert RunProcess.from_tags(me.tags("run-1"), "run-1") == me
-    assert me.tags("run-1") == {
-        "surveillance/process": f"pid {me.pid} (started {me.start}) on {me.host}, for run run-1"
-    }
-    assert RunProcess.from_tags({"surveillance/process": f"pid {me.pid} on {me.host}"}, "run-1") is None
+    assert me.tags("run-1") == {PROCESS_TAG: f"pid {me.pid} (started {me.start}) on {me.host}, for run run-1"}
+    assert RunProcess.from_tags({PROCESS_TAG: f"pid {me.pid} on {me.host}"}, "run-1") is None
 
 
 def test_a_re_execution_is_not_judged_by_the_process_tags_it_inherited():

@@ -120,7 +120,7 @@ def test_a_worker_runs_a_step_of_a_run_resolved_alike_and_refuses_a_run_without_
     assert _probe_run(run_settings.as_tags(run_settings.resolve()), tmp_path).success
     refused = _probe_run({}, tmp_path)
     assert not refused.success
-    assert "carries no surveillance/settings tag" in _resource_failure(refused)
+    assert f"carries no {run_settings.SETTINGS_TAG} tag" in _resource_failure(refused)
 
 
 def test_outside_a_worker_nothing_is_compared(monkeypatch, tmp_path):
