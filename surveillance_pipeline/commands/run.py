@@ -72,6 +72,7 @@ from surveillance_pipeline.orchestration.reporting import failed_partitions, par
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, Warehouse
 from surveillance_pipeline.orchestration.run_config import quiet_run_config
 from surveillance_pipeline.planning.plan import ORDER as PLAN_ORDER
+from surveillance_pipeline.planning.plan import shown_name
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 
@@ -490,13 +491,13 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
         row_totals[asset] += row_count
     for asset, count in held.items():
         row_totals[asset] = count
-    width = max([len("asset"), *map(len, actions)])
+    width = max([len("asset"), *(len(shown_name(asset)) for asset in actions)])
     seconds = seconds or {}
     lines = [f"{'asset':<{width}} {'loaded':>6} {'skipped':>7} {'rows':>8} {'seconds':>7}  reason"]
     for asset in sorted(actions, key=lambda a: (ASSET_ORDER.index(a) if a in ASSET_ORDER else 99, a)):
         why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons[asset].items()))
         lines.append(
-            f"{asset:<{width}} {actions[asset]['loaded']:>6} {actions[asset]['skipped']:>7}"
+            f"{shown_name(asset):<{width}} {actions[asset]['loaded']:>6} {actions[asset]['skipped']:>7}"
             # A table loaded inside another asset's step (regions) has no step time of its own.
             f" {row_totals[asset]:>8} {f'{seconds[asset]:.1f}' if asset in seconds else '-':>7}  {why}"
         )

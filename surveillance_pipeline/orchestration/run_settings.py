@@ -47,11 +47,12 @@ from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL
 from surveillance_pipeline.gbif.client import API_SOURCE, LAB_SOURCE
 from surveillance_pipeline.gbif.registry import load_registry, registry_path
 from surveillance_pipeline.geocoding.service import DEFAULT_GEOCODER_URL, LAB_GEOCODER
-from surveillance_pipeline.orchestration.dagster_internals import HIDDEN_TAG_PREFIX
 
 # The run tag holding the settings the run's process resolved, as canonical JSON: bookkeeping for the
-# workers' comparison, under Dagster's hidden prefix (the Runs list leaves it out).
-SETTINGS_TAG = f"{HIDDEN_TAG_PREFIX}surveillance/settings"
+# workers' comparison, under Dagster's hidden prefix (the Runs list leaves it out). Written out, not built
+# from dagster_internals.HIDDEN_TAG_PREFIX: make run reads the settings before it imports dagster (the
+# weigher forks first); test_dagster_internals pins that Dagster hides it.
+SETTINGS_TAG = ".dagster/surveillance/settings"
 GBIF_USER_VARIABLE = "GBIF_USER"
 UNSET = "(unset)"
 

@@ -95,6 +95,19 @@ ORDER = (
     "sample_export",
     "quality_report",
 )
+# Tables an asset's step loads besides its own (a layer first, or the feed its batches build): the UI has
+# no asset of that name, so a line about one names the asset first, as "asset/table".
+TABLES_OF_ASSETS = {
+    "quality_references": "occurrence_quality",
+    "regions": "region_assignment",
+    "occurrence_feed": "occurrence_batches",
+}
+
+
+def shown_name(name: str) -> str:
+    """An asset's name as the UI shows it; a table loaded by another asset's step as "asset/table"."""
+    owner = TABLES_OF_ASSETS.get(name)
+    return f"{owner}/{name}" if owner else name
 
 
 @dataclass(frozen=True)
@@ -135,13 +148,15 @@ class Plan:
         }
 
     def lines(self, listed: int = 20) -> list[str]:
-        lines = [f"{'asset':<26} {'load':>5} {'may':>5} {'skip':>5}  reasons"]
+        width = max(len("asset"), *(len(shown_name(asset)) for asset in self.steps))
+        lines = [f"{'asset':<{width}} {'load':>5} {'may':>5} {'skip':>5}  reasons"]
         for asset in sorted(self.steps, key=lambda a: (ORDER.index(a) if a in ORDER else len(ORDER), a)):
             steps = self.steps[asset].values()
             actions = Counter(step.action for step in steps)
             reasons = Counter(step.describe() for step in steps if step.action != SKIP)
             why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons.items())) or "-"
-            lines.append(f"{asset:<26} {actions[LOAD]:>5} {actions[MAY_LOAD]:>5} {actions[SKIP]:>5}  {why}")
+            counts = f"{actions[LOAD]:>5} {actions[MAY_LOAD]:>5} {actions[SKIP]:>5}"
+            lines.append(f"{shown_name(asset):<{width}} {counts}  {why}")
         for action in (LOAD, MAY_LOAD):
             chosen = sorted(self.loads(action).items())
             if chosen:
@@ -150,7 +165,7 @@ class Plan:
                     f"partitions that {'will load' if action == LOAD else 'may load'} ({len(chosen)}):",
                 ]
                 lines += [
-                    f"  {asset} {partition}: {self.steps[asset][partition].describe()}"
+                    f"  {shown_name(asset)} {partition}: {self.steps[asset][partition].describe()}"
                     for (asset, partition), _ in chosen[:listed]
                 ]
                 if len(chosen) > listed:

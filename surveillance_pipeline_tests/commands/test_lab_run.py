@@ -63,20 +63,21 @@ def test_lab_run_loads_everything_then_skips_everything(db, database_url, data_d
     table = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
     assert lines[0].split()[:5] == ["asset", "loaded", "skipped", "rows", "seconds"]
     seconds = step_seconds(postgres_instance, [r.run_id for r in first])
-    # "regions" and "quality_references" are the layer tables region_assignment's and occurrence_quality's
-    # steps load first: a line of their own, not a step.
-    assert set(table) - {"regions", "quality_references"} <= set(seconds)
+    # The layer tables region_assignment's and occurrence_quality's steps load first: a line of their own,
+    # named after the asset, not a step.
+    layers = {"region_assignment/regions", "occurrence_quality/quality_references"}
+    assert set(table) - layers <= set(seconds)
     assert all(s > 0 for s in seconds.values())
     assert table == {
         "gbif_raw": ["71", "0", "26391"],
         "gbif_derived": ["71", "0", "26391"],
         "occurrences": ["71", "0", "26391"],
         "occurrence_sample": ["71", "0", "4766"],
-        "quality_references": ["1", "0", "150656"],
+        "occurrence_quality/quality_references": ["1", "0", "150656"],
         "occurrence_quality": ["71", "0", "26391"],
         "masked_release": ["71", "0", str(26391 - FLAGGED)],
         "geocoded_localities": ["71", "0", "837"],
-        "regions": ["1", "0", "10"],
+        "region_assignment/regions": ["1", "0", "10"],
         "region_assignment": ["71", "0", REGION_ASSIGNMENTS],
         "occurrence_batches": ["21", "0", "1257"],
         "occurrence_sample_summary": ["1", "0", "4766"],
