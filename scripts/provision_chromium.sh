@@ -8,6 +8,7 @@ if [ ! -f /etc/debian_version ] || [ "$(id -u)" != 0 ]; then
   echo "provision: the UI test needs Chromium; install Debian/Ubuntu's 'chromium' package" >&2
   exit 1
 fi
-echo "provision: installing chromium" >&2
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+say() { printf 'provision: %s\n' "$*" >&2; }
+# shellcheck source=apt_install.sh
+. "$(dirname "$0")/apt_install.sh"
+apt_install chromium
