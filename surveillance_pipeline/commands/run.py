@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.commands import exit_process
+from surveillance_pipeline.commands.disk_full import collapse_disk_full
 from surveillance_pipeline.commands.species_weights import (
     ForkedWeights,
     WeighingPlan,
@@ -600,7 +601,7 @@ def main(early: ForkedWeights | None = None, started: float | None = None) -> in
         print("  " + line)
     # Both streams often end up in one terminal or log: the summary must be out before the errors.
     sys.stdout.flush()
-    for failure in failures:
+    for failure in collapse_disk_full(failures, data_dir()):
         print(f"make run: {failure}", file=sys.stderr)
     return 0 if succeeded else 1
 

@@ -93,3 +93,35 @@ def test_a_species_that_fails_is_named_and_the_others_load(
         for status in (dg.AssetPartitionStatus.MATERIALIZED, dg.AssetPartitionStatus.FAILED)
     )
     assert failed == {broken} and len(materialized) == 70 and broken not in materialized
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 12 MB file system of its own (the lab's data folder needs about 31 MB), grown on demand."""
+    mount_point = tmp_path / "small_disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount_point)], check=True)  # noqa: S607
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=True)  # noqa: S607
+
+
+def test_a_full_data_disk_is_said_once_with_the_folder_and_the_room_needed_and_the_next_run_completes(
+    db, database_url, dagster_storage_url, postgres_instance, tmp_path, small_disk
+):
+    data_dir = small_disk / "data"
+    failed = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {})
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+    said = [line for line in failed.stderr.splitlines() if line.startswith("make run: ")]
+    full = [line for line in said if "No space left on device" in line]
+    assert len(full) == 1, failed.stderr
+    assert (
+        f"the disk of the data folder {data_dir} is full" in full[0] and "a run needs about 40 MB" in full[0]
+    )
+    assert "MB free there" in full[0] and "Traceback" not in failed.stderr
+    # Grown, the same folder completes: every partition loaded, the warehouse's tables whole.
+    subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)  # noqa: S607
+    again = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert db.execute("SELECT count(*) FROM occurrences").fetchone() == (26391,)
