@@ -1,9 +1,10 @@
-"""The whole pipeline at size (#27), in plain ``make bench``: every asset that does real work next to its
-own limit, and the whole ``make run`` next to its floors, at 1M and 5M records, in one invocation.
+"""The whole pipeline at size, in plain ``make bench``: every asset that does real work next to its own
+limit, and the whole ``make run`` next to its floors, at 1M and 5M records, in one invocation.
 
-Each part is one of the sections that ``--only-*`` runs alone; here they run one after the other on the
-same machine, with one repetition each unless ``--at-size-reps`` says more, and the figures the issue
-states its targets in are gathered into one scorecard at the top of results.md:
+Part of the runner: each part is one of the sections that ``--only-*`` runs alone; here they run one after
+the other on the same machine, with one repetition each unless ``--at-size-reps`` says more, and their
+targets are gathered into one scorecard, at the top of bench/results.md after plain ``make bench`` and of
+bench/results/at_size.md (``--only-at-size`` writes only the latter, with the parts' tables after it):
 
 - ``gbif_derived`` against a DuckDB derive of the same records files (bench/derive.py);
 - ``masked_release`` against pyproj's ``Geod`` over numpy arrays plus the same CSV, GeoParquet and manifest
@@ -27,12 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import derive, masking, regions, whole_run
-from bench.run import TARGETS as PLAIN_TARGETS
-from bench.run import log
+from bench import derive, lab_run, load_paths, masking, regions, whole_run
+from bench.shared.report import log, machine, write_section
 
 # Each asset's target is its section's own (derive.TARGET, masking.TARGET: 2x); regions states none apart.
 ASSET_LIMIT = derive.TARGET
+# The plain sections' targets the scorecard quotes when plain make bench measured them in the same run.
+PLAIN_TARGETS = {**load_paths.TARGETS, **lab_run.TARGETS}
 
 
 def measure_at_size(
@@ -48,6 +50,7 @@ def measure_at_size(
     """Every part at each size; a part that raises is recorded as failed and the others still run."""
     section: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
         "sizes": sizes,
         "whole_run_sizes": whole_run_sizes,
         "reps": reps,
@@ -169,7 +172,7 @@ def scorecard(section: dict[str, Any], plain: dict[str, Any]) -> list[list[str]]
 
 def markdown(section: dict[str, Any], plain: dict[str, Any], command: str) -> str:
     lines = [
-        "## The whole pipeline at size (#27): every target in one table",
+        "## The whole pipeline at size: every target in one table",
         "",
         f"`{command}`; {section['date']}; {section['reps']} repetition(s) per part, seed {section['seed']}; "
         f"load average before {section['load_before']}, after {section['load_after']}. Each row's section "
@@ -193,3 +196,8 @@ def markdown(section: dict[str, Any], plain: dict[str, Any], command: str) -> st
     if "sizes" in section.get("whole_run", {}):
         lines += [whole_run.markdown(section["whole_run"]), ""]
     return "\n".join(lines)
+
+
+def write(out: Path, section: dict[str, Any], command: str) -> str:
+    """bench/results/at_size.md and .json: the at-size scorecard of this run's parts, and their tables."""
+    return write_section(out, "at_size", {**section, "command": command}, markdown(section, {}, command))

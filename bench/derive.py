@@ -1,6 +1,6 @@
 """``make bench BENCH_ARGS=--only-derive``: gbif_derived's derive next to a DuckDB derive of the same bytes.
 
-At each size a GBIF-shaped DwC-A (bench/gbif_download.py, from the download cache) is indexed and split
+At each size a GBIF-shaped DwC-A (bench/shared/gbif_download.py, from the download cache) is indexed and split
 into raw snapshots as gbif_raw does (untimed: that is gbif_raw's work, measured in the downloads
 section). Then, over every species of the download (the per-download total), one after the other and
 alternating for ``--derive-reps`` repetitions:
@@ -13,9 +13,9 @@ alternating for ``--derive-reps`` repetitions:
   makes (taxon, ranges, key order).
 
 Every derived file of the two is compared by sha256: unequal bytes are not the same work, and the table
-says so. Each process is timed from start to exit with its peak RSS (bench/downloads.py's launcher); the
-largest species is also timed inside each process, for the case of one species holding most of a
-download.
+says so. Each process is timed from start to exit with its peak RSS (bench/shared/processes.py's launcher);
+the largest species is also timed inside each process, for the case of one species holding most of a
+download. The section's figures: bench/results/derive.md and .json.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.downloads import GB, ProcessRun, run_measured
-from bench.gbif_download import cached_dwca
-from bench.run import log
+from bench.shared.gbif_download import cached_dwca
+from bench.shared.processes import GB, ProcessRun, run_measured
+from bench.shared.report import log, write_section
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.gbif.download_index import ensure_index
 from surveillance_pipeline.gbif.downloads import describe_download
@@ -40,7 +40,6 @@ from surveillance_pipeline.gbif.records import RECORD_COLUMNS
 from surveillance_pipeline.gbif.registry import load_registry
 from surveillance_pipeline.gbif.rules import ZERO_COORDINATE
 
-RESULTS = "derive.md"
 TARGET = 2.0
 
 PROJECT_SCRIPT = """
@@ -247,11 +246,5 @@ def markdown(section: dict[str, Any], command: str) -> str:
 
 
 def write(out: Path, section: dict[str, Any], command: str) -> str:
-    """bench/derive.md and bench/derive.json: this section's last run, with the command that made it."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "derive.json").write_text(
-        json.dumps({**section, "command": command}, indent=1) + "\n", encoding="utf-8"
-    )
-    table = markdown(section, command)
-    (out / RESULTS).write_text(table, encoding="utf-8")
-    return table
+    """bench/results/derive.md and .json: this section's last run, with the command that made it."""
+    return write_section(out, "derive", {**section, "command": command}, markdown(section, command))

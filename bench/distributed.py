@@ -9,12 +9,12 @@
    process (the local profile's single run), on the same warehouse. The difference, per asset partition,
    is what the profile costs a no-change pass.
 
-``make bench BENCH_ARGS=--only-distributed`` runs this alone and writes bench/distributed.md and .json.
+``make bench BENCH_ARGS="--only-distributed backfill"`` runs this alone and writes
+bench/results/distributed.md and .json.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -25,8 +25,9 @@ from typing import Any
 
 import psycopg
 
-from bench.inputs import raw_snapshot
-from bench.run import drop_project_tables
+from bench.shared.inputs import raw_snapshot
+from bench.shared.report import write_section
+from bench.shared.scratch import drop_project_tables
 from surveillance_pipeline.core.partition_files import replace_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.definitions import defs
@@ -225,8 +226,5 @@ def measure_distributed(server_url: str, work: Path, reps: int, machine: str) ->
 
 
 def write(out: Path, section: dict[str, Any]) -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "distributed.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    table = markdown(section)
-    (out / "distributed.md").write_text(table, encoding="utf-8")
-    return table
+    """bench/results/distributed.md and .json: this section's last run."""
+    return write_section(out, "distributed", section, markdown(section))

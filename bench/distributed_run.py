@@ -1,11 +1,12 @@
 """``make run`` under the distributed profile, as a user runs it, and what a dead worker costs.
 
-1. **A download's import, 1 worker vs 2.** A generated 600,000-record GBIF download (bench/gbif_download.py,
-   cached in ``--download-cache``) in the data folder's downloads/, ``GBIF_SOURCE=download``, imported by
-   ``make run``'s own command (``python -m surveillance_pipeline.commands.make_run``: every asset, its species
-   runs split over the workers) with one worker and with two, and in the local profile for reference. The
-   variants alternate within each repetition, each from an empty warehouse and a data folder holding only
-   downloads/; each is timed from start to exit.
+1. **A download's import, 1 worker vs 2.** A generated 600,000-record GBIF download
+   (bench/shared/gbif_download.py, cached in ``BENCH_DOWNLOAD_CACHE``, default bench/out/) in the data
+   folder's downloads/, ``GBIF_SOURCE=download``, imported by ``make run``'s own command (``python -m
+   surveillance_pipeline.commands.make_run``: every asset, its species runs split over the workers) with one
+   worker and with two, and in the local profile for reference. The variants alternate within each
+   repetition, each from an empty warehouse and a data folder holding only downloads/; each is timed from
+   start to exit.
 2. **The lab ``make run``, distributed (2 workers) vs local**, the same way, on the lab data.
 3. **A dead worker's cost.** ``make workers 2`` (orchestration/workers.py, the supervisor) with the fault
    suite's hook armed once per round (``SURVEILLANCE_FAULT_POINT=before_commit``, ``block``): the first
@@ -19,8 +20,8 @@
    after the last round the outputs equal the local profile's.
 
 Every distributed result is checked against the local one: each table by row count and an md5 of its
-rows, each file by sha256. ``make bench BENCH_ARGS=--only-distributed-run`` runs this alone and writes
-bench/distributed-run.md and .json.
+rows, each file by sha256. ``make bench BENCH_ARGS=--only-distributed`` runs this alone and writes
+bench/results/distributed_run.md and .json.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.downloads import place_download
-from bench.gbif_download import cached_dwca
-from bench.run import EVENT_BATCH_SIZE, drop_project_tables
+from bench.shared.gbif_download import cached_dwca, place_download
+from bench.shared.report import write_section
+from bench.shared.scratch import EVENT_BATCH_SIZE, drop_project_tables
 from surveillance_pipeline.core.fault_points import BEFORE_COMMIT, FAULT_POINT_VARIABLE
 from surveillance_pipeline.core.settings import DEFAULT_STEP_VISIBILITY_TIMEOUT
 from surveillance_pipeline.core.settings import PROJECT_ROOT as ROOT
@@ -67,7 +68,8 @@ from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
 DOWNLOAD_RECORDS = 600_000
-# #26's targets: the download's import with 2 workers against 1, the lab's 2 workers against local.
+# The distributed profile's targets: the download's import with 2 workers against 1, the lab's 2 workers
+# against local.
 TWO_OVER_ONE_TARGET = 0.65
 LAB_OVER_LOCAL_TARGET = 1.1
 # Kills of each kind (short, long), alternating: the medians are of this many.
@@ -673,15 +675,12 @@ def measure(
 
 
 def write(out: Path, section: dict[str, Any]) -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "distributed-run.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    table = markdown(section)
-    (out / "distributed-run.md").write_text(table, encoding="utf-8")
-    return table
+    """bench/results/distributed_run.md and .json: this section's last run, whichever parts it measured."""
+    return write_section(out, "distributed_run", section, markdown(section))
 
 
 def main(parts: str, reps: int, out: Path, machine: str) -> int:
-    """``--only-distributed-run [download,lab,kills]``: the parts named; bench/distributed-run.md and .json.
+    """``--only-distributed [download,lab,kills]``: the parts named; bench/results/distributed_run.md, .json.
     The download comes from BENCH_DOWNLOAD_CACHE (default bench/out/), generated there when missing."""
     cache = Path(os.environ.get("BENCH_DOWNLOAD_CACHE", str(ROOT / "bench" / "out")))
     chosen = [part.strip() for part in parts.split(",") if part.strip()]

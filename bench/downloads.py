@@ -1,11 +1,11 @@
 """``make bench BENCH_ARGS=--downloads``: importing a GBIF download as a user does, next to its limits.
 
-At each size a GBIF-shaped DwC-A (bench/gbif_download.py; cached under bench/out/) is
+At each size a GBIF-shaped DwC-A (bench/shared/gbif_download.py; cached under bench/out/) is
 
-- taken to a table by the shortest road the machine offers, the *limit*: a streamed unzip of
-  occurrence.txt, DuckDB reading the columns a load needs and writing them as the derived CSV, and psql's
-  ``\\copy`` of that CSV (bench/sql/load_limit_occurrences.sql, as the ``\\copy`` path of run.py) into a
-  table shaped and indexed like an occurrences partition: three processes, one after the other;
+- taken to a table by the shortest road the machine offers, the *limit* (bench/shared/import_limit.py): a
+  streamed unzip of occurrence.txt, DuckDB reading the columns a load needs and writing them as the derived
+  CSV, and psql's ``\\copy`` of that CSV into a table shaped and indexed like an occurrences partition: three
+  processes, one after the other;
 - imported through Dagster's CLI, as a user would: ``dagster asset materialize -m
   surveillance_pipeline.definitions --select gbif_raw,gbif_derived,occurrences --partition-range
   <first>...<last>`` with ``GBIF_SOURCE=download``, in a scratch warehouse, a scratch Dagster storage and a
@@ -14,9 +14,10 @@ At each size a GBIF-shaped DwC-A (bench/gbif_download.py; cached under bench/out
   ``dagster asset materialize``; finally one tick of ``downloads_sensor`` on a fresh cursor.
 
 Every process is timed from start to exit, and its peak RSS read from ``os.wait4`` (``ru_maxrss``) by a
-small launcher (LAUNCHER says why the bench cannot spawn it itself). A process whose RSS passes
-``--download-rss-cap-gb`` is killed (the machine is shared) and recorded as failed. A failure never stops
-the bench: it is recorded, with its last stderr line, in the table.
+small launcher (bench/shared/processes.py's LAUNCHER says why the bench cannot spawn it itself). A process
+whose RSS passes ``--download-rss-cap-gb`` is killed (the machine is shared) and recorded as failed. A
+failure never stops the bench: it is recorded, with its last stderr line, in the table. The section's
+figures: bench/results/downloads.md and .json.
 """
 
 from __future__ import annotations
@@ -24,33 +25,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
-import signal
 import statistics
-import subprocess  # noqa: S404  # dagster, psql and python are run as the user runs them
 import sys
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import sql
 
-from bench.gbif_download import GENERATOR_VERSION, GeneratedDownload, cached_dwca
-from bench.inputs import trivial_cli_command
-from bench.run import (
-    BENCH_SPECIES,
-    create_like_occurrences,
-    dagster_home,
-    libpq_environment,
-    log,
-)
+from bench.shared.gbif_download import GENERATOR_VERSION, GeneratedDownload, cached_dwca, place_download
+from bench.shared.import_limit import measure_limit
+from bench.shared.inputs import trivial_cli_command
+from bench.shared.processes import GB, ProcessRun, failed, median_run, run_measured
+from bench.shared.report import log, write_section
+from bench.shared.scratch import download_environment
 from surveillance_pipeline.core.keys import sha256_file
-from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, PROJECT_ROOT
 from surveillance_pipeline.gbif.registry import load_registry
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
@@ -59,7 +51,6 @@ DEFAULT_SEED = 1
 DEFAULT_RSS_CAP_GB = 8.0
 SELECTION = "gbif_raw,gbif_derived,occurrences"
 SECTION_HEADING = "### GBIF download import"
-GB = 1024 * 1024  # ru_maxrss is in kB
 TARGETS = {
     "import_vs_limit": ("first import / limit", "<=", 2.0),
     "peak_rss_gb": ("peak RSS of any process, GB", "<=", 2.0),
@@ -67,78 +58,12 @@ TARGETS = {
     "no_change_vs_reference": ("no-change import / (sha256 + trivial CLI)", "<=", 1.5),
     "import_growth": ("first import growth", "<=", 5.5),
     "sensor_tick_s": ("sensor tick, s", "<", 15.0),
-    # Issue #27 item 5, with --with-20m: four times the records in at most 4.4 times the time, memory bounded.
+    # With --with-20m: four times the records in at most 4.4 times the time, memory bounded.
     "import_growth_20m": ("first import growth", "<=", 4.4),
     "peak_rss_gb_20m": ("peak RSS of any project process, GB", "<=", 2.0),
 }
 PROJECT_PROCESSES = ("import", "no_change", "sensor")
 
-# The limit's processes import nothing of the project, so their time and RSS are the tools' own.
-UNZIP_SCRIPT = """
-import shutil, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as archive, archive.open("occurrence.txt") as source:
-    with open(sys.argv[2], "wb") as target:
-        shutil.copyfileobj(source, target, 4 << 20)
-"""
-DUCKDB_SCRIPT = """
-import json, sys, duckdb
-source, target = sys.argv[1], sys.argv[2]
-keys, names = json.loads(sys.argv[3]), json.loads(sys.argv[4])
-def text(value):
-    return "'" + value.replace("'", "''") + "'"
-key_list = ", ".join(str(int(k)) for k in keys) or "NULL"
-name_list = ", ".join(text(n) for n in names) or "NULL"
-query = f'''
-COPY (
-    WITH kept AS (
-        SELECT CAST(gbifID AS BIGINT) AS id,
-               CAST(year AS INTEGER) AS year,
-               CAST(decimalLongitude AS DOUBLE) AS lon,
-               CAST(decimalLatitude AS DOUBLE) AS lat,
-               license,
-               coalesce(issue, '') AS issue
-        FROM read_csv({text(source)}, delim = '\\t', quote = '', escape = '', header = true,
-                      all_varchar = true)
-        WHERE CAST(taxonKey AS BIGINT) IN ({key_list})
-           OR CAST(speciesKey AS BIGINT) IN ({key_list})
-           OR CAST(acceptedTaxonKey AS BIGINT) IN ({key_list})
-           OR species IN ({name_list})
-    )
-    SELECT id,
-           year,
-           CASE WHEN (lat = 0 AND lon = 0) OR contains(issue, 'ZERO_COORDINATE') THEN NULL ELSE lon END
-               AS longitude,
-           CASE WHEN (lat = 0 AND lon = 0) OR contains(issue, 'ZERO_COORDINATE') THEN NULL ELSE lat END
-               AS latitude,
-           CASE regexp_replace(lower(trim(license)), '^https?://|/legalcode$|/$', '', 'g')
-               WHEN 'creativecommons.org/publicdomain/zero/1.0' THEN 'CC0 1.0'
-               WHEN 'creativecommons.org/licenses/by/4.0' THEN 'CC BY 4.0'
-               WHEN 'creativecommons.org/licenses/by-nc/4.0' THEN 'CC BY-NC 4.0'
-           END AS license
-    FROM kept
-) TO {text(target)} (FORMAT csv, HEADER true)
-'''
-with duckdb.connect() as con:
-    # Rows go out as they are read: nothing asks for their order, so nothing holds them.
-    con.execute("SET preserve_insertion_order = false")
-    con.execute(query)
-"""
-# Starts the measured process and reports its wall time, exit status and peak RSS (``os.wait4``). Linux
-# charges a child the RSS its parent had when it forked (exec keeps the larger of the two), so the bench,
-# with Dagster imported, cannot spawn the measured process itself: this launcher (python -I -S, a few MB)
-# does, and the child's ``ru_maxrss`` is its own.
-LAUNCHER = """
-import json, os, sys, time
-report, argv = sys.argv[1], sys.argv[2:]
-started = time.perf_counter()
-pid = os.posix_spawnp(argv[0], argv, os.environ)
-_, status, usage = os.wait4(pid, 0)
-seconds = time.perf_counter() - started
-code = os.waitstatus_to_exitcode(status)
-with open(report, "w", encoding="utf-8") as handle:
-    json.dump({"seconds": seconds, "returncode": code, "max_rss_kb": usage.ru_maxrss}, handle)
-sys.exit(code if code >= 0 else 128 - code)
-"""
 # One tick of the project's downloads sensor, as the daemon would evaluate it, on a fresh cursor.
 SENSOR_SCRIPT = """
 import json, time
@@ -162,253 +87,7 @@ print(json.dumps({
 
 
 # ---------------------------------------------------------------------------------------------------------
-# One measured process
-
-
-@dataclass
-class ProcessRun:
-    """A child process from start to exit: wall seconds, peak RSS (kB), and why it failed, if it did."""
-
-    name: str
-    seconds: float
-    max_rss_kb: int
-    returncode: int
-    error: str | None
-    stdout: str
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def current_rss_kb(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def child_pid(pid: int) -> int | None:
-    """The (one) child of ``pid``: the measured process under its launcher."""
-    with contextlib.suppress(OSError, ValueError):
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
-        return int(children[0]) if children else None
-    return None
-
-
-ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed)\b.*")
-
-
-def last_error_line(path: Path) -> str:
-    """The last line of a log that names an error (``SomeError: message``), else its last non-empty line.
-
-    Read from the file's tail only: a failed run's stderr can be long.
-    """
-    with path.open("rb") as handle:
-        handle.seek(max(0, path.stat().st_size - 262_144))
-        lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines()]
-    lines = [line for line in lines if line]
-    return next((line for line in reversed(lines) if ERROR_LINE.match(line)), lines[-1] if lines else "")
-
-
-def run_measured(
-    name: str,
-    argv: list[str],
-    environment: dict[str, str],
-    logs: Path,
-    rss_cap_kb: int,
-    stdin: Path | None = None,
-) -> ProcessRun:
-    """Run ``argv`` to its end under LAUNCHER; its stdout and stderr go to ``logs/<name>.out|.err``.
-
-    The launcher times the process from spawn to exit and reads its peak RSS from ``os.wait4``; this
-    process watches the RSS meanwhile and kills the process past ``rss_cap_kb``.
-    """
-    logs.mkdir(parents=True, exist_ok=True)
-    out_path, err_path = logs / f"{name}.out", logs / f"{name}.err"
-    report = logs / f"{name}.rusage.json"
-    report.unlink(missing_ok=True)
-    killed: str | None = None
-    with (
-        out_path.open("wb") as out,
-        err_path.open("wb") as err,
-        stdin.open("rb") if stdin is not None else open(os.devnull, "rb") as source,  # noqa: SIM115
-    ):
-        started = time.perf_counter()
-        launcher = subprocess.Popen(  # noqa: S603  # fixed argv, no shell
-            [sys.executable, "-I", "-S", "-c", LAUNCHER, str(report), *argv],
-            env={**os.environ, **environment},
-            cwd=PROJECT_ROOT,
-            stdin=source,
-            stdout=out,
-            stderr=err,
-        )
-        while True:
-            try:
-                launcher.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                measured = child_pid(launcher.pid)
-                if killed is None and measured is not None and current_rss_kb(measured) > rss_cap_kb:
-                    killed = f"killed by the bench: RSS passed the {rss_cap_kb / GB:g} GB cap"
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(measured, signal.SIGKILL)
-        wall = time.perf_counter() - started
-    try:
-        usage = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        usage = {"seconds": wall, "max_rss_kb": 0, "returncode": launcher.returncode}
-    returncode = int(usage["returncode"])
-    error = None
-    if killed is not None:
-        error = killed
-    elif returncode < 0:
-        error = f"killed by signal {signal.Signals(-returncode).name} ({last_error_line(err_path)})"
-    elif returncode != 0:
-        error = last_error_line(err_path) or f"exit status {returncode}"
-    return ProcessRun(
-        name=name,
-        seconds=float(usage["seconds"]),
-        max_rss_kb=int(usage["max_rss_kb"]),
-        returncode=returncode,
-        error=error,
-        stdout=out_path.read_text(encoding="utf-8", errors="replace"),
-    )
-
-
-def median_run(runs: list[ProcessRun]) -> dict[str, Any]:
-    """Several runs of one process: median seconds of the good ones, the largest RSS of all, any error."""
-    good = [run.seconds for run in runs if run.ok]
-    errors = [run.error for run in runs if run.error]
-    return {
-        "seconds": round(statistics.median(good), 3) if good else None,
-        "runs": [round(run.seconds, 3) for run in runs],
-        "max_rss_mb": round(max(run.max_rss_kb for run in runs) / 1024, 1),
-        "error": errors[-1] if errors else None,
-    }
-
-
-def failed(error: BaseException) -> dict[str, Any]:
-    text = f"{type(error).__name__}: {error}".strip().splitlines()
-    return {"seconds": None, "runs": [], "max_rss_mb": None, "error": text[-1] if text else "failed"}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The limit: unzip -> DuckDB -> psql \copy
-
-
-def measure_limit(
-    url: str, generated: GeneratedDownload, work: Path, logs: Path, reps: int, rss_cap_kb: int
-) -> dict[str, Any]:
-    python = sys.executable
-    occurrence = work / "limit-occurrence.txt"
-    derived = work / "limit-derived.csv"
-    registry = load_registry()
-    keys = [s.taxon_key for s in registry if s.taxon_key is not None]
-    names = [s.scientific_name for s in registry if s.taxon_key is None]
-    script = Path(__file__).with_name("sql") / "load_limit_occurrences.sql"
-    steps: dict[str, list[ProcessRun]] = {"unzip": [], "duckdb": [], "psql": []}
-    totals: list[float] = []
-    loaded = None
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            for rep in range(reps):
-                unzip = run_measured(
-                    f"limit-unzip-{rep}",
-                    [python, "-c", UNZIP_SCRIPT, str(generated.path), str(occurrence)],
-                    {},
-                    logs,
-                    rss_cap_kb,
-                )
-                steps["unzip"].append(unzip)
-                if not unzip.ok:
-                    break
-                duck = run_measured(
-                    f"limit-duckdb-{rep}",
-                    [
-                        python,
-                        "-c",
-                        DUCKDB_SCRIPT,
-                        str(occurrence),
-                        str(derived),
-                        json.dumps(keys),
-                        json.dumps(names),
-                    ],
-                    {},
-                    logs,
-                    rss_cap_kb,
-                )
-                steps["duckdb"].append(duck)
-                occurrence.unlink(missing_ok=True)
-                if not duck.ok:
-                    break
-                # The table with its indexes in place before the load, as the \copy limit of run.py.
-                create_like_occurrences(conn, "limit_occurrences")
-                psql = run_measured(
-                    f"limit-psql-{rep}",
-                    [
-                        "psql",
-                        "-X",
-                        "-q",
-                        "-v",
-                        "ON_ERROR_STOP=1",
-                        "-v",
-                        f"species_id={BENCH_SPECIES.species_id}",
-                    ]
-                    + ["-f", str(script)],
-                    libpq_environment(url),
-                    logs,
-                    rss_cap_kb,
-                    stdin=derived,
-                )
-                steps["psql"].append(psql)
-                derived.unlink(missing_ok=True)
-                if not psql.ok:
-                    break
-                totals.append(unzip.seconds + duck.seconds + psql.seconds)
-                row = conn.execute("SELECT count(*) FROM limit_occurrences").fetchone()
-                loaded = row[0] if row else None
-            conn.execute("DROP TABLE IF EXISTS limit_occurrences")
-    finally:
-        occurrence.unlink(missing_ok=True)
-        derived.unlink(missing_ok=True)
-    processes = {name: median_run(runs) for name, runs in steps.items() if runs}
-    errors = [f"{name}: {p['error']}" for name, p in processes.items() if p["error"]]
-    return {
-        "seconds": round(statistics.median(totals), 3) if totals else None,
-        "rows_loaded": loaded,
-        "processes": processes,
-        "error": errors[-1] if errors else None,
-    }
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The import through Dagster's CLI, its no-change rerun, the reference and a sensor tick
-
-
-def download_environment(home: Path, storage_url: str, warehouse_url: str, data: Path) -> dict[str, str]:
-    """The environment of a run that reads ``data``'s downloads/, on scratch databases: one slot per pool,
-    the events batched as the Makefile batches them (dagster_home)."""
-    return {
-        **dagster_home(home, urlsplit(storage_url).path.lstrip("/"), pool_limit=1),
-        DATABASE_URL_VARIABLE: warehouse_url,
-        "SURVEILLANCE_DATA_DIR": str(data),
-        "GBIF_SOURCE": "download",
-        # A species no download holds is searched through the offline lab data, never GBIF's API.
-        "GBIF_FALLBACK_SOURCE": "lab",
-    }
-
-
-def place_download(generated: GeneratedDownload, folder: Path) -> Path:
-    """The zip in ``folder`` (a hard link to the cached file where the filesystem allows, else a copy)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / generated.path.name
-    try:
-        os.link(generated.path, target)
-    except OSError:
-        shutil.copyfile(generated.path, target)
-    return target
 
 
 def warehouse_facts(url: str) -> dict[str, Any]:
@@ -700,7 +379,7 @@ def _cell(value: float | None, error: str | None = None, digits: int = 1, not_ru
 
 
 def markdown(section: dict[str, Any]) -> str:
-    """The download section of bench/results.md: times, peak RSS per process, ratios against targets."""
+    """The download section's table: times, peak RSS per process, ratios against targets."""
     lines = [
         SECTION_HEADING,
         "",
@@ -767,7 +446,7 @@ def markdown(section: dict[str, Any]) -> str:
     if generated:
         lines += [
             "",
-            "Generated DwC-A (bench/gbif_download.py, 277 GBIF columns, cached in bench/out/): "
+            "Generated DwC-A (bench/shared/gbif_download.py, 277 GBIF columns, cached in bench/out/): "
             + "; ".join(
                 f"{s['records']:,} records {s['generation_seconds']:.1f} s"
                 f"{' (cached)' if s.get('cached') else ''}, largest species {s['largest_species']:,}"
@@ -792,21 +471,6 @@ def markdown(section: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge_into(out: Path, section: dict[str, Any]) -> str:
-    """Put the section into existing bench/results.md and results.json, replacing an earlier one."""
-    table = markdown(section)
-    results_md = out / "results.md"
-    existing = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    if SECTION_HEADING in existing:
-        existing = existing[: existing.index(SECTION_HEADING)]
-    results_md.write_text(
-        (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + table, encoding="utf-8"
-    )
-    results_json = out / "results.json"
-    data: dict[str, Any] = {}
-    if results_json.exists():
-        with contextlib.suppress(ValueError):
-            data = json.loads(results_json.read_text(encoding="utf-8"))
-    data["downloads"] = section
-    results_json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    return table
+def write(out: Path, section: dict[str, Any]) -> str:
+    """bench/results/downloads.md and .json: this section's last run."""
+    return write_section(out, "downloads", section, markdown(section))

@@ -8,9 +8,10 @@ directly (WKB points packed by numpy, the GeoParquet and pandas metadata written
 manifest. It holds everything in memory at once, which is fastest; the project reads pages. Its files
 must equal the project's byte for byte, or it is not the same work and the section says so.
 
-Each side runs in its own process (under bench/downloads.py's launcher, so ``wait4`` gives its own peak
-RSS); the two alternate, and medians are kept. The rows are generated in code (bench/inputs.py) and loaded
-by ``load_occurrences`` into a scratch database, one bench species per size.
+Each side runs in its own process (under bench/shared/processes.py's launcher, so ``wait4`` gives its own
+peak RSS); the two alternate, and medians are kept. The rows are generated in code (bench/shared/inputs.py)
+and loaded by ``load_occurrences`` into a scratch database, one bench species per size. The section's
+figures: bench/results/masking.md and .json.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ import psycopg
 # The measured programs import nothing more at start (the parent's modules are imported where the parent
 # uses them): each side loads what it needs itself, and says what it times.
 if TYPE_CHECKING:
-    from bench.downloads import ProcessRun
+    from bench.shared.processes import ProcessRun
 
 DATABASE_URL_VARIABLE = "SURVEILLANCE_DATABASE_URL"  # core.settings' name, not imported (see above)
-BENCH_SLUG = "bench-species"  # bench.run.BENCH_SPECIES.slug, checked by the parent
+BENCH_SLUG = "bench-species"  # bench.shared.bench_species.BENCH_SPECIES.slug, checked by the parent
 DEFAULT_SIZES = (1_000_000, 5_000_000)
-TARGET = 2.0  # issue #27: every asset within 2x its limit
+TARGET = 2.0  # every asset within 2x its limit
 RSS_CAP_KB = 12 * 1024 * 1024
 
 
@@ -251,7 +252,7 @@ def run_limit(url: str, folder: Path, job: dict[str, Any]) -> dict[str, Any]:
 
 def _job(conn: psycopg.Connection) -> dict[str, Any]:
     """What the limit needs to write the same manifest: the key, the seed, the formats."""
-    from bench.run import BENCH_SPECIES
+    from bench.shared.bench_species import BENCH_SPECIES
     from surveillance_pipeline.core.seeds import derived_seed, logical_run_id
     from surveillance_pipeline.releases import exports, masking
     from surveillance_pipeline.releases.masking import STAGE, MaskingRules, masked_release_parts
@@ -296,7 +297,7 @@ def _job(conn: psycopg.Connection) -> dict[str, Any]:
 
 
 def _run(side: str, url: str, work: Path, folder: Path, job: Path, logs: Path) -> ProcessRun:
-    from bench.downloads import run_measured
+    from bench.shared.processes import run_measured
 
     argv = [sys.executable, "-m", "bench.masking", side, "--folder", str(folder), "--job", str(job)]
     run = run_measured(side, argv, {DATABASE_URL_VARIABLE: url}, logs, RSS_CAP_KB)
@@ -306,8 +307,9 @@ def _run(side: str, url: str, work: Path, folder: Path, job: Path, logs: Path) -
 
 
 def measure_size(server_url: str, work: Path, rows: int, reps: int) -> dict[str, Any]:
-    from bench.inputs import write_derived_csv
-    from bench.run import load_project, log
+    from bench.shared.bench_species import load_project
+    from bench.shared.inputs import write_derived_csv
+    from bench.shared.report import log
     from surveillance_pipeline.core.keys import sha256_file
     from surveillance_pipeline.core.refresh import ensure_state_tables
     from surveillance_pipeline_tests.support.scratch_databases import scratch_database
@@ -390,21 +392,19 @@ def markdown(section: dict[str, Any]) -> str:
 
 
 def measure_masking(server_url: str, sizes: list[int], reps: int, out: Path) -> str:
-    """The section at each size; writes bench/masking.md and masking.json into ``out``; returns the table."""
+    """The section at each size, written to bench/results/masking.md and .json under ``out``; its table."""
+    from bench.shared.report import write_section
+
     with tempfile.TemporaryDirectory(prefix="surveillance-bench-masking-") as folder:
         section = measure_masking_section(server_url, Path(folder), sizes, reps)
-    table = markdown(section)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "masking.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    (out / "masking.md").write_text(table, encoding="utf-8")
-    return table
+    return write_section(out, "masking", section, markdown(section))
 
 
 def measure_masking_section(server_url: str, work: Path, sizes: list[int], reps: int) -> dict[str, Any]:
     """The section at each size, in ``work``: what ``measure_masking`` writes, and plain make bench quotes."""
     from datetime import UTC, datetime
 
-    from bench.run import machine
+    from bench.shared.report import machine
     from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE as PROJECT_VARIABLE
 
     if PROJECT_VARIABLE != DATABASE_URL_VARIABLE:

@@ -13,7 +13,7 @@ COPY'd into a plain table, then one plain statement written as a user would (eve
 spatial ones through EXISTS over the same indexed layers; no outliers, which plain SQL can do only
 quadratically) into a table shaped like occurrence_quality. Medians of ``reps`` pairs, after one refresh of
 the project alone that warms the caches. Each size runs in a process of its own, so its peak RSS is its
-own: memory flat in the size is the point.
+own: memory flat in the size is the point. The section's figures: bench/results/quality.md and .json.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from bench.shared.report import write_section
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.core.sql_files import load_sql
@@ -342,7 +343,7 @@ def markdown(section: dict[str, Any]) -> str:
 
 
 def run_only(server_url: str, out: Path, sizes: list[int], reps: int, seed: int = 1) -> str:
-    """``--only-quality``: each size in a child process; bench/quality.md and quality.json."""
+    """``--only-quality``: each size in a child process; bench/results/quality.md and .json."""
     measured = []
     for rows in sizes:
         child = subprocess.run(  # noqa: S603  # fixed argv, no shell
@@ -363,11 +364,7 @@ def run_only(server_url: str, out: Path, sizes: list[int], reps: int, seed: int 
         "command": f'make bench BENCH_ARGS="--only-quality --reps {reps} --quality-sizes '
         f'{",".join(str(rows) for rows in sizes)}"',
     }
-    table = markdown(section)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "quality.md").write_text(table, encoding="utf-8")
-    (out / "quality.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    return table
+    return write_section(out, "quality", section, markdown(section))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The limit is one PostGIS statement, ``INSERT INTO`` a table shaped and indexed like region_assignment
 ``SELECT`` from occurrences (and geocoded points): the project's own statement, alone, into a plain table,
-so the ratio is what the refresh around it costs (the DELETE of the old rows, #23's triggers, the
+so the ratio is what the refresh around it costs (the DELETE of the old rows, the watch's triggers, the
 fingerprint, the state row). The plain statement a user would write first (point by point: the covering
 region by the GiST index, else the least spheroid distance among the 8 nearest by ``<->``) is timed too, up
 to ``naive_max_rows`` (on Natural Earth it is ~5x slower than the project, ~25 s per 100k records), and
@@ -15,13 +15,13 @@ coordinates (a third of those geocoded). Two layers: the lab's ten districts, an
 (all 100 features loaded, as a user would configure the file; the points in the Australian states).
 Each size loads once; then the project (a real reload: its state row is forgotten first) and the limit
 alternate, medians quoted. The fingerprint the refresh takes after its rows, and the limit into a table
-with the watch's triggers (#23), are timed on their own too.
+with the watch's triggers (core/fingerprints.py), are timed on their own too. The section's figures:
+bench/results/regions.md and .json.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import resource
 import statistics
@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.shared.report import write_section
 from surveillance_pipeline.core.fingerprints import mark_refreshing, partition_fingerprint, watch_table
 from surveillance_pipeline.core.keys import sha256_hex
 from surveillance_pipeline.core.refresh import ensure_state_tables, refresh_partition
@@ -159,7 +160,7 @@ def load_bench_species(conn: psycopg.Connection, work: Path, bench: BenchLayer, 
 
 
 def create_limit_tables(conn: psycopg.Connection) -> None:
-    """Empty tables shaped and indexed like region_assignment; the second watched as #23 watches it."""
+    """Empty tables shaped and indexed like region_assignment; the second watched as every target is."""
     for name in (LIMIT, WATCHED_LIMIT, NAIVE):
         table = sql.Identifier(name)
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
@@ -337,7 +338,7 @@ def markdown(section: dict[str, Any]) -> str:
         "Project: `refresh_region_assignment`, a real reload (DELETE, the statement, fingerprint, state "
         "row). "
         "Limit: the same INSERT ... SELECT alone into a plain table like region_assignment; `+watch`: into "
-        "one with #23's triggers. Fingerprint: the hash scan the refresh takes after writing. Plain "
+        "one with the watch's triggers. Fingerprint: the hash scan the refresh takes after writing. Plain "
         f"statement: point by point, the covering region, else the least spheroid distance among the "
         f"{LIMIT_CANDIDATES} index-nearest (one run, small sizes only). Rows differ: project vs limit, "
         "project vs plain statement (EXCEPT ALL both ways). Peak RSS: the bench's Python process.",
@@ -373,11 +374,7 @@ def run_only(
     warmup: int = 1,
     chosen: list[str] | None = None,
 ) -> str:
-    """``--only-regions``: the section alone, written to bench/regions.md and regions.json (and printed)."""
+    """``--only-regions``: the section alone, written to bench/results/regions.md and .json (and printed)."""
     section = measure_regions(server_url, work, sizes, reps, seed, naive_max_rows, warmup, chosen or [])
     section["sizes_asked"] = sizes
-    table = markdown(section)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "regions.md").write_text(table, encoding="utf-8")
-    (out / "regions.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    return table
+    return write_section(out, "regions", section, markdown(section))

@@ -1,18 +1,19 @@
 """``make bench BENCH_ARGS=--only-whole-run``: the whole ``make run`` over a download, next to its floors.
 
-At each size (default 1M records) the cached GBIF-shaped DwC-A (bench/gbif_download.py ``cached_dwca``) is
-placed in a fresh data folder's downloads/, and make run's own entry point (``python -m
-surveillance_pipeline.commands.make_run``, with ``GBIF_SOURCE=download``) runs in a scratch warehouse and a
-scratch Dagster storage twice: the first run, then the same run with nothing changed. Each run's peak RSS
-is sampled over its whole process group (every ~0.2 s, the sum of the group's RSS, and the largest single
-process), and make run's own table gives each asset's seconds; in the no-change run every partition skips,
-so an asset's seconds there are what deciding to skip cost it. A last no-change run, with the zip's stamp
-removed (data/memos/gbif_downloads/zips.stamps.json), says apart what the stamp saves: without it the zip's
-sha256 is read again, as in a user's first run after the memo is lost.
+At each size (default 1M records) the cached GBIF-shaped DwC-A (``cached_dwca``,
+bench/shared/gbif_download.py) is placed in a fresh data folder's downloads/, and make run's own entry point
+(``python -m surveillance_pipeline.commands.make_run``, with ``GBIF_SOURCE=download``) runs in a scratch
+warehouse and a scratch Dagster storage twice: the first run, then the same run with nothing changed. Each
+run's peak RSS is sampled over its whole process group (every ~0.2 s, the sum of the group's RSS, and the
+largest single process), and make run's own table gives each asset's seconds; in the no-change run every
+partition skips, so an asset's seconds there are what deciding to skip cost it. A last no-change run, with
+the zip's stamp removed (data/memos/gbif_downloads/zips.stamps.json), says apart what the stamp saves:
+without it the zip's sha256 is read again, as in a user's first run after the memo is lost.
 
-The floors, measured in the same invocation: the import's limit (bench/downloads.py ``measure_limit``:
-unzip, DuckDB derive, psql ``\\copy`` into an indexed table), and for the no-change run a streamed sha256
-of the zip plus one trivial ``dagster asset materialize`` (``bench.inputs.trivial_cli_command``).
+The floors, measured in the same invocation: the import's limit (bench/shared/import_limit.py: unzip,
+DuckDB derive, psql ``\\copy`` into an indexed table), and for the no-change run a streamed sha256 of the zip
+plus one trivial ``dagster asset materialize`` (bench/shared/inputs.py ``trivial_cli_command``). The
+section's figures: bench/results/whole_run.md and .json.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.downloads import GB, download_environment, measure_limit, place_download
-from bench.gbif_download import cached_dwca
-from bench.inputs import trivial_cli_command
-from bench.run import log
+from bench.shared.gbif_download import cached_dwca, place_download
+from bench.shared.import_limit import measure_limit
+from bench.shared.inputs import trivial_cli_command
+from bench.shared.processes import GB
+from bench.shared.report import log, write_section
+from bench.shared.scratch import download_environment
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.settings import PROJECT_ROOT
 from surveillance_pipeline.orchestration.resources import DataPaths
@@ -380,15 +383,10 @@ def markdown(section: dict[str, Any]) -> str:
 
 
 def run_only(server_url: str, out: Path, cache: Path, sizes: list[int], seed: int, reps: int) -> int:
-    """``--only-whole-run``: the section alone; bench/whole_run.md (and the JSON next to it)."""
-    import json
+    """``--only-whole-run``: the section alone; bench/results/whole_run.md and .json."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="surveillance-bench-whole-") as folder:
         section = measure_whole_run(server_url, Path(folder), cache, sizes, seed, reps)
-    table = markdown(section)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "whole_run.json").write_text(json.dumps(section, indent=1) + "\n", encoding="utf-8")
-    (out / "whole_run.md").write_text(table, encoding="utf-8")
-    print(table)
+    print(write_section(out, "whole_run", section, markdown(section)))
     return 0
