@@ -43,6 +43,7 @@ from surveillance_pipeline.orchestration.resources import (
 from surveillance_pipeline.orchestration.run_health import dead_runs_sensor
 from surveillance_pipeline.orchestration.verification import (
     TableTarget,
+    noted_edits_sensor,
     target_checks,
     verify_job,
     verify_schedule,
@@ -141,7 +142,12 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
         asset_checks=checks,
         jobs=[*jobs_for(assets, observable_sources, checks), verify_job(checks), plan_next_run],
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB), verify_schedule()],
-        sensors=[automation_sensor, downloads_sensor(SPECIES_ASSETS_JOB), dead_runs_sensor],
+        sensors=[
+            automation_sensor,
+            downloads_sensor(SPECIES_ASSETS_JOB),
+            dead_runs_sensor,
+            noted_edits_sensor(table_targets()),
+        ],
         resources=resources,
     )
     return dg.Definitions.merge(*DOMAINS, operations)

@@ -1,8 +1,10 @@
 """``make verify``: every table target's partitions against the fingerprints their loads recorded.
 
 Prints one line per table and, when some partition does not hold its snapshot, one line per partition
-(rows and digest expected and found, and the edits the watch noted); exits 1 then. Reads only: no
-migration, a read-only snapshot (orchestration/verification.py, core/fingerprints.py).
+(rows and digest expected and found, and the edits the watch noted); exits 1 then. Reads the tables in a
+read-only snapshot, with no migration, then notes what it found where no trigger saw it as an edit
+(``target_edits``): the next ``make run`` reloads every partition it names, and ``make plan`` says so
+(orchestration/verification.py, core/fingerprints.py).
 """
 
 from __future__ import annotations
@@ -48,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     for verdict in failing:
         noted = f"edits noted: {verdict.noted_edits}" if verdict.noted_edits else "no edit noted"
         print(f"  {verdict.target} {verdict.partition_key}: {verdict.describe()} ({noted})")
-    unnoted = sum(1 for v in failing if not v.noted_edits)
-    print(f"\nThe next `make run` reloads the {len(failing) - unnoted} noted partitions.", end=" ")
-    if unnoted:
-        print(f"{unnoted} changed where no trigger saw them: `make repair` reloads those too.")
-    else:
-        print()
+    unnoted = sum(1 for v in failing if v.expected is not None and not v.noted_edits)
+    loaded = sum(1 for v in failing if v.expected is not None)
+    print(f"\nThe next `make run` reloads the {loaded} loaded partitions not holding their snapshot", end="")
+    print(
+        f" ({unnoted} changed where no trigger saw them: noted now, 'found by verification')."
+        if unnoted
+        else "."
+    )
+    if loaded < len(failing):
+        print(f"{len(failing) - loaded} hold rows no load wrote: delete them, or load their species.")
     return 1
 
 

@@ -17,11 +17,13 @@ Three mechanisms, each for what the others cannot see:
 - **Verification.** What no trigger sees (a table dropped and made again, triggers disabled during a
   restore, a promoted replica) is found by recomputing the fingerprints and comparing. A run does it for a
   partition whose watch is not intact; ``make verify`` and the asset checks do it for every partition. A
-  verification only reads.
+  verification reads the tables in a read-only snapshot; what it finds it then notes as an edit
+  (``note_findings``), so the next run repairs it and the plan and the checks name it until then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -40,6 +42,8 @@ VERIFY_SETTING = "surveillance.verify_fingerprints"
 # The triggers of the watch on each table (insert, update, delete, truncate).
 WATCH_TRIGGERS = 4
 EDITED_OUTSIDE = "target edited outside the pipeline"
+# The operation a verification notes against a partition whose fingerprint moved where no trigger saw it.
+FOUND_BY_VERIFICATION = "found by verification"
 
 
 @dataclass(frozen=True)
@@ -242,3 +246,24 @@ def verify_target(conn: psycopg.Connection, target: Target) -> list[PartitionVer
         key = f"{target.partition_column or 'rows'} {ref}"
         verdicts.append(PartitionVerdict(target.name, key, ref, None, found[ref], edits.get(ref)))
     return verdicts
+
+
+def note_findings(conn: psycopg.Connection, target: Target, verdicts: Sequence[PartitionVerdict]) -> int:
+    """Note every loaded partition found not holding its snapshot, and not already noted, as edited
+    (``FOUND_BY_VERIFICATION``): what a verification finds stands until a refresh reloads the partition.
+    Returns how many were noted."""
+    refs = [v.partition_ref for v in verdicts if not v.holds and v.expected is not None and not v.noted_edits]
+    if refs:
+        conn.execute(
+            load_sql(CORE, "insert_verification_findings"),
+            {"target": target.name, "refs": refs, "operation": FOUND_BY_VERIFICATION},
+        )
+    return len(refs)
+
+
+def standing_edits(conn: psycopg.Connection) -> dict[str, list[tuple[str, str]]]:
+    """Per target, the (partition key, operations) of every edit noted and not yet repaired."""
+    standing: dict[str, list[tuple[str, str]]] = {}
+    for target, partition_key, operations in conn.execute(load_sql(CORE, "select_standing_edits")):
+        standing.setdefault(str(target), []).append((str(partition_key), str(operations)))
+    return standing

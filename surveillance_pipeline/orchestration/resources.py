@@ -87,6 +87,12 @@ class Warehouse(dg.ConfigurableResource):
             raise
         return conn
 
+    def connect_for_findings(self) -> psycopg.Connection:
+        """A connection that migrates nothing, for a check to note what it found (target_edits only)."""
+        return psycopg.connect(
+            self.database_url, autocommit=True, application_name="surveillance_pipeline verify"
+        )
+
     def connect_for_reading(self) -> psycopg.Connection:
         """A connection that cannot write (every transaction read-only) and migrates nothing: a check's."""
         return psycopg.connect(

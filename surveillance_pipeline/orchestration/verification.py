@@ -6,23 +6,37 @@ the partitions that do not hold their snapshot, with the rows and digests expect
 are not partitioned: one result per asset lists every partition, so the asset's page answers "which
 partitions?" without opening any. The ``verify_targets`` job runs them all; a daily schedule runs the job.
 
-A verification only reads (a read-only snapshot, no migration; a load that swaps a partition in waits for
-the scan of its table to end, as for any reader). What it finds
-is repaired by a run: the partitions the watch noted reload on the next ``make run``; what only the
-fingerprints show (the watch was off while they changed) reloads in a run that compares fingerprints at
-every skip, ``make repair`` (``SURVEILLANCE_VERIFY_TARGETS=1``).
+A verification reads in a read-only snapshot, with no migration (a load that swaps a partition in waits
+for the scan of its table to end, as for any reader). What it finds where no trigger saw an edit it then
+notes in ``target_edits`` (core.fingerprints.note_findings), beside the edits the watch noted: the next
+``make run`` (or sensor run, or backfill) reloads every noted partition with that reason, and ``make plan``
+names it. ``make repair`` is left for what no verification has looked at yet.
+
+Between a verification and the repair, runs skip the other partitions, and each skip is a new
+materialization, after which Dagster would show the check as not evaluated. The sensor
+``report_noted_edits`` keeps the UI true: every 30 s it reads the standing edits (the watch's and the
+verifications') and reports, for each check whose partitions stand edited, a failed evaluation naming them,
+again after any newer materialization of its asset; once they are reloaded, a passed one. An edit in psql
+shows on the asset's node within a minute, without a scan.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 import psycopg
 
-from surveillance_pipeline.core.fingerprints import PartitionVerdict, verify_target
+from surveillance_pipeline.core.fingerprints import (
+    PartitionVerdict,
+    note_findings,
+    standing_edits,
+    verify_target,
+)
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.orchestration.resources import Warehouse
 
@@ -106,7 +120,11 @@ def holds_snapshot_check(table: TableTarget) -> dg.AssetChecksDefinition:
         started = time.perf_counter()
         with warehouse.connect_for_reading() as conn:
             verdicts = verify_target(conn, target)
-        return check_result(verdicts, target, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        if any(not v.holds for v in verdicts):
+            with warehouse.connect_for_findings() as conn:
+                note_findings(conn, target, verdicts)
+        return check_result(verdicts, target, seconds)
 
     return _check
 
@@ -139,8 +157,70 @@ def verify_schedule() -> dg.ScheduleDefinition:
 def verify_all(
     conn: psycopg.Connection, tables: Sequence[TableTarget]
 ) -> list[tuple[TableTarget, list[PartitionVerdict], float]]:
+    """Verify every table, then note what was found (note_findings) for the next run to repair."""
     results = []
     for table in tables:
         started = time.perf_counter()
         results.append((table, verify_target(conn, table.target), time.perf_counter() - started))
+    for table, verdicts, _ in results:
+        note_findings(conn, table.target, verdicts)
     return results
+
+
+# The sensor's name, and how often it reads the standing edits.
+NOTED_EDITS_SENSOR = "report_noted_edits"
+NOTED_EDITS_INTERVAL_S = 30
+
+
+def noted_edits_evaluation(table: TableTarget, edits: Sequence[tuple[str, str]]) -> dg.AssetCheckEvaluation:
+    """The check's evaluation from the edits standing against its table: failed naming them, else passed."""
+    listed = ", ".join(f"{key} ({operations})" for key, operations in edits[:LISTED])
+    more = f" and {len(edits) - LISTED} more" if len(edits) > LISTED else ""
+    if edits:
+        description = (
+            f"{len(edits)} partitions of {table.target.name} edited outside the pipeline and not yet "
+            f"repaired: {listed}{more}. The next run of {table.asset} reloads them."
+        )
+    else:
+        description = f"no edit of {table.target.name} stands: the partitions noted before were reloaded"
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey(table.asset),
+        check_name=table.check,
+        passed=not edits,
+        description=description,
+        metadata={
+            "table": dg.MetadataValue.text(table.target.name),
+            "partitions not repaired": len(edits),
+            "source": dg.MetadataValue.text(f"sensor {NOTED_EDITS_SENSOR} (the watch and verifications)"),
+        },
+    )
+
+
+def noted_edits_sensor(tables: Sequence[TableTarget]) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=NOTED_EDITS_SENSOR,
+        minimum_interval_seconds=NOTED_EDITS_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Reports each table's holds_its_snapshot check from the edits standing against it (noted "
+        "by the watch's triggers or by a verification, not yet reloaded): failed naming the partitions, "
+        "again after each newer materialization of the asset (a skip would hide it otherwise), passed once "
+        "they are reloaded. Reads one small table; launches nothing.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext, warehouse: Warehouse) -> dg.SensorResult:
+        # Per check: the edits last reported and the asset's latest materialization then.
+        reported: dict[str, list[Any]] = json.loads(context.cursor) if context.cursor else {}
+        with warehouse.connect_for_reading() as conn:
+            standing = standing_edits(conn)
+        events = []
+        for table in tables:
+            edits = standing.get(table.target.name, [])
+            latest = context.instance.get_latest_materialization_event(dg.AssetKey(table.asset))
+            state = [[list(edit) for edit in edits], latest.timestamp if latest is not None else None]
+            name = f"{table.asset}/{table.check}"
+            before = reported.get(name)
+            if edits and before != state or (not edits and before is not None and before[0]):
+                events.append(noted_edits_evaluation(table, edits))
+            reported[name] = state
+        return dg.SensorResult(asset_events=events, cursor=json.dumps(reported, sort_keys=True))
+
+    return _sensor

@@ -1,4 +1,4 @@
-"""A target holds what its state row says, or the next run makes it so (#23).
+"""A target holds what its state row says, or the next run makes it so.
 
 Each test loads make run's plan (the first species of the registry, as test_every_asset_idempotent does)
 into a fresh warehouse, keeps every table's rows (md5 in key order) and every file's sha256, then edits
@@ -7,7 +7,8 @@ COPY of extra rows, a table dropped and made again, an older dump restored by pg
 made while the triggers were disabled. What is checked:
 
 - the asset checks (the verify_targets job) fail naming exactly the partitions that were edited, with the
-  rows expected and found, and pass after the repair;
+  rows expected and found, and pass after the repair; what they find stands (noted as an edit) until a
+  run reloads it, and the sensor report_noted_edits reports it on the checks meanwhile;
 - the next run reloads exactly those partitions, with a reason of their own, and nothing else;
 - afterwards every table and file equals the untouched warehouse's, byte for byte;
 - a run after that skips everything and leaves the tables as they were (no edit noted, no row rewritten).
@@ -23,12 +24,13 @@ import dagster as dg
 import psycopg
 import pytest
 
-from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, verify_target
+from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, FOUND_BY_VERIFICATION, verify_target
 from surveillance_pipeline.definitions import assemble, table_targets
 from surveillance_pipeline.gbif.registry import partition_keys, species_by_slug
 from surveillance_pipeline.lab.deliveries import delivery_a
 from surveillance_pipeline.orchestration.resources import Warehouse
-from surveillance_pipeline.orchestration.verification import VERIFY_JOB
+from surveillance_pipeline.orchestration.verification import NOTED_EDITS_SENSOR, VERIFY_JOB
+from surveillance_pipeline.planning.plan import make_plan
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.pipeline import (
@@ -214,14 +216,13 @@ def test_a_table_dropped_and_made_again_empty_is_rebuilt_and_reloaded(warehouse:
     checks = check_results(warehouse.defs, warehouse.instance)
     assert {t for t, (passed, _) in checks.items() if not passed} == {"region_assignment", "occurrences"}
 
+    # The checks noted what they found; the run adds what it sees itself (the table made again).
     reloaded = warehouse.run()
     assert set(reloaded) == {("region_assignment", s) for s in SPECIES} | {("occurrences", SPECIES[2])}
     assert {reloaded[("region_assignment", s)] for s in SPECIES} == {
-        f"{EDITED_OUTSIDE} (table dropped or replaced)"
+        f"{EDITED_OUTSIDE} ({FOUND_BY_VERIFICATION}, table dropped or replaced)"
     }
-    assert reloaded[("occurrences", SPECIES[2])].startswith(
-        f"{EDITED_OUTSIDE} (found by its fingerprint: 0 rows"
-    )
+    assert reloaded[("occurrences", SPECIES[2])] == f"{EDITED_OUTSIDE} ({FOUND_BY_VERIFICATION})"
     warehouse.assert_untouched()
     warehouse.assert_next_run_skips_everything()
 
@@ -264,7 +265,9 @@ def test_an_older_dump_restored_over_a_table_is_reloaded(warehouse: LoadedWareho
 
     reloaded = warehouse.run()
     assert set(reloaded) == {("devil_snapshot", "all")}
-    assert reloaded[("devil_snapshot", "all")] == f"{EDITED_OUTSIDE} (table dropped or replaced)"
+    assert reloaded[("devil_snapshot", "all")] == (
+        f"{EDITED_OUTSIDE} ({FOUND_BY_VERIFICATION}, table dropped or replaced)"
+    )
     assert outputs(warehouse.url, warehouse.root) == holding_later
 
 
@@ -294,12 +297,68 @@ def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_a_verifyin
         SPECIES[0] in checks["occurrences"][1] and "found by the fingerprint" not in checks["occurrences"][1]
     )
 
-    # The ordinary run cannot know (its skip reads no row); it puts the watch back where it was off.
-    assert warehouse.run() == {}
+    # What the checks found stands: the plan names it, the sensor reports it on the checks (again after a
+    # newer materialization), and the next ordinary run repairs it with that reason.
+    noted = f"{EDITED_OUTSIDE} ({FOUND_BY_VERIFICATION})"
+    bound = resources(warehouse.url, warehouse.root)
+    planned = make_plan(warehouse.conn, bound["paths"], bound["geocoder"], [species_by_slug(SPECIES[0])])
+    assert planned.steps["occurrences"][SPECIES[0]].reason == noted
+    assert planned.steps["region_assignment"][SPECIES[0]].reason == noted
+    reported, cursor = noted_edits_reports(warehouse, None)
+    assert {name for name, (passed, _) in reported.items() if not passed} == {
+        "occurrences/holds_its_snapshot",
+        "region_assignment/holds_its_snapshot",
+    }
+    assert SPECIES[0] in reported["occurrences/holds_its_snapshot"][1]
+    assert noted_edits_reports(warehouse, cursor)[0] == {}, "nothing new: nothing reported again"
+
+    reloaded = warehouse.run()
+    assert reloaded == {("occurrences", SPECIES[0]): noted, ("region_assignment", SPECIES[0]): noted}
+    # The run put the watch back where it was off.
     assert warehouse.conn.execute(
         "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'geocoded_localities'::regclass AND tgenabled = 'D'"
     ).fetchone() == (0,)
+    reported, _ = noted_edits_reports(warehouse, cursor)
+    assert reported == {
+        "occurrences/holds_its_snapshot": (True, reported["occurrences/holds_its_snapshot"][1]),
+        "region_assignment/holds_its_snapshot": (True, reported["region_assignment/holds_its_snapshot"][1]),
+    }
+    warehouse.assert_untouched()
+    warehouse.assert_next_run_skips_everything()
 
+
+def noted_edits_reports(
+    warehouse: LoadedWarehouse, cursor: str | None
+) -> tuple[dict[str, tuple[bool, str]], str | None]:
+    """One tick of the report_noted_edits sensor: per asset/check it reported, (passed, description)."""
+    sensor = warehouse.defs.get_sensor_def(NOTED_EDITS_SENSOR)
+    context = dg.build_sensor_context(
+        instance=warehouse.instance,
+        cursor=cursor,
+        resources={"warehouse": Warehouse(database_url=warehouse.url)},
+    )
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult) and not result.run_requests
+    reported = {
+        f"{event.asset_key.to_user_string()}/{event.check_name}": (event.passed, event.description or "")
+        for event in result.asset_events
+        if isinstance(event, dg.AssetCheckEvaluation)
+    }
+    return reported, result.cursor
+
+
+def test_edits_no_trigger_saw_and_no_check_found_are_repaired_by_a_verifying_run(
+    warehouse: LoadedWarehouse,
+) -> None:
+    first_id = warehouse.species_id(SPECIES[0])
+    warehouse.edit(
+        f"ALTER TABLE occurrences_{first_id} DISABLE TRIGGER USER",
+        f"UPDATE occurrences_{first_id} SET year = 1801 "
+        f"WHERE id = (SELECT min(id) FROM occurrences_{first_id})",
+        f"ALTER TABLE occurrences_{first_id} ENABLE TRIGGER USER",
+    )
+    # The ordinary run cannot know (its skip reads no row); make repair compares every skip's rows.
+    assert warehouse.run() == {}
     verifying = assemble(
         {
             **resources(warehouse.url, warehouse.root),
@@ -307,7 +366,7 @@ def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_a_verifyin
         }
     )
     reloaded = warehouse.run(verifying)
-    assert set(reloaded) == {("occurrences", SPECIES[0]), ("region_assignment", SPECIES[0])}
+    assert set(reloaded) == {("occurrences", SPECIES[0])}
     assert reloaded[("occurrences", SPECIES[0])].startswith(f"{EDITED_OUTSIDE} (found by its fingerprint: ")
     warehouse.assert_untouched()
     warehouse.assert_next_run_skips_everything()
