@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess  # noqa: S404  # this module's own runs, side by side
 import sys
 import time
@@ -87,7 +88,14 @@ RUN_ID_LINE = "run id: "
 # How often make run looks for a finished child run (_ChildRuns.run_all).
 CHILD_POLL_SECONDS = 0.1
 # Errors whose text was written for the user (it names the file, line and field): shown without a class.
-USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__})
+# Errors whose message was written for the user: printed without their class. dagster.Failure is how a
+# resource or a step refuses on purpose (a worker whose settings differ, say).
+USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__, "Failure"})
+# How Python (and Dagster's error rendering) introduces an exception's cause.
+CAUSE_MARKERS = (
+    "The above exception was caused by the following exception:",
+    "The above exception occurred during handling of the following exception:",
+)
 
 
 def prepare_lab_inputs(root: Path) -> None:
@@ -533,6 +541,30 @@ def _one_line(error: SerializableErrorInfo) -> str:
     return f"{cls_name}: {own}" if own else cls_name
 
 
+def _subprocess_failures(error: SerializableErrorInfo) -> list[tuple[str, str]] | None:
+    """(step, its own error) for each step in a DagsterSubprocessError's text, which is how the Celery
+    executor reports steps that failed on a worker before they could report it themselves (a resource
+    that refused): "[step]: <error, its stack and its causes>". The step's own error is the innermost
+    cause, up to its stack trace. None for any other error."""
+    if error.cls_name != "DagsterSubprocessError":
+        return None
+    found = []
+    for part in re.split(r"^\[(?=[^\]\n]+\]: )", error.message, flags=re.MULTILINE)[1:]:
+        step, _, text = part.partition("]: ")
+        for marker in CAUSE_MARKERS:
+            text = text.rsplit(marker, 1)[-1]
+        own = text.split("Stack Trace:", 1)[0]
+        cause = SerializableErrorInfo(message=own.strip(), stack=[], cls_name=_class_of(own))
+        found.append((step, _one_line(cause)))
+    return found or None
+
+
+def _class_of(text: str) -> str | None:
+    """The class name of a rendered exception ("module.Class: message")."""
+    head = text.strip().split(": ", 1)[0]
+    return head.rsplit(".", 1)[-1] if head and " " not in head else None
+
+
 def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
     """One line per failed partition or step of the runs, naming it and the error its code raised; for a
     run that failed outside its steps (its executor, say), the run's own error."""
@@ -560,6 +592,10 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
                 if entry.dagster_event
                 else None
             )
+            per_step = _subprocess_failures(error) if error else None
+            if per_step:
+                lines += [f"{step} failed: {text}" for step, text in per_step]
+                continue
             text = _one_line(_raised_by_the_step(error)) if error else entry.message
             lines.append(f"{run.job_name if run else run_id[:8]} run failed: {text}")
     return lines

@@ -1,0 +1,43 @@
+"""make run's line for a step that a worker refused: the refusal's own words, not the executor's wrapper."""
+
+from surveillance_pipeline.commands.run import _one_line, _subprocess_failures
+from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
+
+REFUSAL = (
+    "this worker's settings differ from run 5c1f's, so the step would write something else; start the worker "
+    "with the run's settings (docs/scaling.md):\n"
+    "  SURVEILLANCE_SPECIES_FILE: the run has 'sha256:86e9… (6 species)', "
+    "this worker 'sha256:92b2… (71 species)'"
+)
+# As dagster-celery's core_execution_loop renders a task that raised: "[step]: " and the worker's error
+# with its stack and causes (SerializableErrorInfo.to_string()).
+WORKER_ERROR = SerializableErrorInfo(
+    message="dagster._core.errors.DagsterResourceFunctionError: Error executing resource_fn on "
+    "ResourceDefinition paths\n",
+    stack=['  File "resources_init.py", line 319, in single_resource_event_generator\n'],
+    cls_name="DagsterResourceFunctionError",
+    cause=SerializableErrorInfo(
+        message=f"dagster._core.definitions.events.Failure: {REFUSAL}\n",
+        stack=['  File "resources.py", line 50, in refuse_other_settings\n'],
+        cls_name="Failure",
+    ),
+)
+
+
+def test_a_step_a_worker_refused_is_named_with_the_refusals_own_words():
+    wrapped = SerializableErrorInfo(
+        message="dagster._core.errors.DagsterSubprocessError: During celery execution errors occurred in "
+        f"workers:\n[gbif_downloads]: {WORKER_ERROR.to_string()}",
+        stack=[],
+        cls_name="DagsterSubprocessError",
+    )
+    assert "Stack Trace" in wrapped.message and "resource_fn" in wrapped.message
+    assert _subprocess_failures(wrapped) == [
+        ("gbif_downloads", " ".join(line.strip() for line in REFUSAL.splitlines()))
+    ]
+
+
+def test_any_other_error_is_left_to_the_usual_line():
+    other = SerializableErrorInfo(message="builtins.KeyError: 'x'\n", stack=[], cls_name="KeyError")
+    assert _subprocess_failures(other) is None
+    assert _one_line(other) == "KeyError: 'x'"
