@@ -52,6 +52,7 @@ from surveillance_pipeline.places import definitions as places
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS
 from surveillance_pipeline.planning.job import plan_next_run
+from surveillance_pipeline.planning.sync_checks import partitions_in_sync, report_partitions_in_sync
 from surveillance_pipeline.quality import definitions as quality
 from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY
 from surveillance_pipeline.quality.references import QUALITY_REFERENCES
@@ -137,16 +138,20 @@ def assemble(resources: dict[str, Any]) -> dg.Definitions:
         if isinstance(a, dg.SourceAsset) and a.is_observable
     ]
     checks = target_checks(table_targets())
+    # Checks the asset jobs leave out: the verifications scan whole tables (their own job and schedule),
+    # and the sync checks plan the next run (their own sensor).
+    left_out = [*checks, partitions_in_sync]
     operations = dg.Definitions(
         executor=EXECUTOR,
-        asset_checks=checks,
-        jobs=[*jobs_for(assets, observable_sources, checks), verify_job(checks), plan_next_run],
+        asset_checks=left_out,
+        jobs=[*jobs_for(assets, observable_sources, left_out), verify_job(checks), plan_next_run],
         schedules=[weekly_ingest_schedule(SPECIES_ASSETS_JOB), verify_schedule()],
         sensors=[
             automation_sensor,
             downloads_sensor(SPECIES_ASSETS_JOB),
             dead_runs_sensor,
             noted_edits_sensor(table_targets()),
+            report_partitions_in_sync,
         ],
         resources=resources,
     )

@@ -22,11 +22,9 @@ shows on the asset's node within a minute, without a scan.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import dagster as dg
 import psycopg
@@ -38,6 +36,7 @@ from surveillance_pipeline.core.fingerprints import (
     verify_target,
 )
 from surveillance_pipeline.core.targets import Target
+from surveillance_pipeline.orchestration.check_reports import changed_check_reports
 from surveillance_pipeline.orchestration.resources import Warehouse
 
 CHECK_NAME = "holds_its_snapshot"
@@ -172,7 +171,7 @@ NOTED_EDITS_SENSOR = "report_noted_edits"
 NOTED_EDITS_INTERVAL_S = 30
 
 
-def noted_edits_evaluation(table: TableTarget, edits: Sequence[tuple[str, str]]) -> dg.AssetCheckEvaluation:
+def noted_edits_evaluation(table: TableTarget, edits: Sequence[Sequence[str]]) -> dg.AssetCheckEvaluation:
     """The check's evaluation from the edits standing against its table: failed naming them, else passed."""
     listed = ", ".join(f"{key} ({operations})" for key, operations in edits[:LISTED])
     more = f" and {len(edits) - LISTED} more" if len(edits) > LISTED else ""
@@ -197,6 +196,8 @@ def noted_edits_evaluation(table: TableTarget, edits: Sequence[tuple[str, str]])
 
 
 def noted_edits_sensor(tables: Sequence[TableTarget]) -> dg.SensorDefinition:
+    by_check = {(table.asset, table.check): table for table in tables}
+
     @dg.sensor(
         name=NOTED_EDITS_SENSOR,
         minimum_interval_seconds=NOTED_EDITS_INTERVAL_S,
@@ -207,20 +208,11 @@ def noted_edits_sensor(tables: Sequence[TableTarget]) -> dg.SensorDefinition:
         "they are reloaded. Reads one small table; launches nothing.",
     )
     def _sensor(context: dg.SensorEvaluationContext, warehouse: Warehouse) -> dg.SensorResult:
-        # Per check: the edits last reported and the asset's latest materialization then.
-        reported: dict[str, list[Any]] = json.loads(context.cursor) if context.cursor else {}
         with warehouse.connect_for_reading() as conn:
             standing = standing_edits(conn)
-        events = []
-        for table in tables:
-            edits = standing.get(table.target.name, [])
-            latest = context.instance.get_latest_materialization_event(dg.AssetKey(table.asset))
-            state = [[list(edit) for edit in edits], latest.timestamp if latest is not None else None]
-            name = f"{table.asset}/{table.check}"
-            before = reported.get(name)
-            if edits and before != state or (not edits and before is not None and before[0]):
-                events.append(noted_edits_evaluation(table, edits))
-            reported[name] = state
-        return dg.SensorResult(asset_events=events, cursor=json.dumps(reported, sort_keys=True))
+        findings = {key: standing.get(table.target.name, []) for key, table in by_check.items()}
+        return changed_check_reports(
+            context, findings, lambda asset, check, rows: noted_edits_evaluation(by_check[asset, check], rows)
+        )
 
     return _sensor

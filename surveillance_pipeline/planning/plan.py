@@ -262,10 +262,9 @@ class Planner:
             parts = parts_of()
         except StaleInputError:
             # No flags made for these rows yet: the run makes them first (occurrence_quality's step says so).
-            unknown = Step(LOAD, "input changed", True)
             if last_recorded_output(self.conn, asset, partition) is None:
-                unknown = Step(LOAD, "first load", True)
-            return _after(upstream) or unknown
+                return Step(LOAD, "first load", True)
+            return _after(upstream) or Step(LOAD, "input changed", True)
         return self.output(asset, partition, parts, export_is_current(folder, parts.key), upstream)
 
     def quality_references(self) -> Step:

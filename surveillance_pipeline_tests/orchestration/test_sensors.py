@@ -19,6 +19,7 @@ from surveillance_pipeline.orchestration.distributed import (
     partition_ranges,
     side_by_side_ranges,
 )
+from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline.snapshots.sensors import deliveries_sensor
 from surveillance_pipeline_tests.conftest import scratch_database
@@ -168,7 +169,13 @@ def test_automation_requests_the_sample_of_a_species_whose_occurrences_changed(
     definitions = assemble(resources(database_url, data_dir))
     before = dg.evaluate_automation_conditions(defs=definitions, instance=instance)
     assert before.total_requested == 0
-    dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources(database_url, data_dir))
+    # The sample also reads the flags (under a policy that drops flagged records): it waits for them.
+    dg.materialize(
+        [*SPINE, occurrence_quality],
+        instance=instance,
+        partition_key=DEVIL,
+        resources=resources(database_url, data_dir),
+    )
     result = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=before.cursor)
     assert result.get_requested_partitions(dg.AssetKey("occurrence_sample")) == {DEVIL}
     assert result.get_num_requested(dg.AssetKey("devil_snapshot")) == 0
@@ -181,7 +188,7 @@ def test_automation_launches_nothing_after_a_skip_and_only_what_a_new_version_re
     definitions = assemble(resources(database_url, data_dir))
     other = partition_keys()[0]
     for species in (DEVIL, other):
-        materialize(instance, database_url, data_dir, species, assets=SAMPLED)
+        materialize(instance, database_url, data_dir, species, assets=[*SAMPLED, occurrence_quality])
     cursor = dg.evaluate_automation_conditions(defs=definitions, instance=instance).cursor
     # A tick after the loads settles them (the summary and exports go on their first runs).
     cursor = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=cursor).cursor

@@ -45,12 +45,26 @@ def test_definitions_load_with_every_asset_the_issues_name():
             "occurrence_batches",
         )
     }
+    # Each species-partitioned asset the plan decides says which partitions the next run would load.
+    in_sync = {
+        (asset, "partitions_in_sync")
+        for asset in (
+            "gbif_derived",
+            "occurrences",
+            "occurrence_quality",
+            "occurrence_sample",
+            "masked_release",
+            "geocoded_localities",
+            "region_assignment",
+        )
+    }
     assert checks == {
         ("occurrence_sample_summary", "sample_engines_agree"),
         ("devil_snapshot", "devil_snapshot_holds"),
         ("region_assignment", "regions_table_holds_its_snapshot"),
         ("occurrence_quality", "quality_references_table_holds_its_snapshot"),
         *holds,
+        *in_sync,
     }
     # They scan whole tables: the asset jobs leave them to verify_targets and its schedule.
     verify = defs.resolve_job_def("verify_targets")
@@ -59,10 +73,12 @@ def test_definitions_load_with_every_asset_the_issues_name():
     } == (
         checks
         - {("occurrence_sample_summary", "sample_engines_agree"), ("devil_snapshot", "devil_snapshot_holds")}
+        - in_sync
     )
     for job in ("species_assets", "whole_target_assets", "batch_days"):
         in_job = {k.name for k in defs.resolve_job_def(job).asset_layer.asset_graph.asset_check_keys}
         assert "holds_its_snapshot" not in in_job and "regions_table_holds_its_snapshot" not in in_job
+        assert "partitions_in_sync" not in in_job, "the plan's checks run from their sensor, not each run"
     assert defs.get_schedule_def("daily_verify_targets").job_name == "verify_targets"
     assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
     assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}

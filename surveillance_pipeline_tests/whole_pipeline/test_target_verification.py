@@ -28,9 +28,11 @@ from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, FOUND_BY_VER
 from surveillance_pipeline.definitions import assemble, table_targets
 from surveillance_pipeline.gbif.registry import partition_keys, species_by_slug
 from surveillance_pipeline.lab.deliveries import delivery_a
+from surveillance_pipeline.occurrences.assets import occurrences
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.orchestration.verification import NOTED_EDITS_SENSOR, VERIFY_JOB
 from surveillance_pipeline.planning.plan import make_plan
+from surveillance_pipeline.planning.sync_checks import SYNC_CHECK, SYNC_SENSOR
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.pipeline import (
@@ -370,3 +372,46 @@ def test_edits_no_trigger_saw_and_no_check_found_are_repaired_by_a_verifying_run
     assert reloaded[("occurrences", SPECIES[0])].startswith(f"{EDITED_OUTSIDE} (found by its fingerprint: ")
     warehouse.assert_untouched()
     warehouse.assert_next_run_skips_everything()
+
+
+def sync_reports(
+    warehouse: LoadedWarehouse, cursor: str | None
+) -> tuple[dict[str, tuple[bool, str]], str | None]:
+    """One tick of the report_partitions_in_sync sensor: per asset it reported, (passed, description)."""
+    sensor = warehouse.defs.get_sensor_def(SYNC_SENSOR)
+    context = dg.build_sensor_context(
+        instance=warehouse.instance, cursor=cursor, resources=resources(warehouse.url, warehouse.root)
+    )
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult) and not result.run_requests
+    reported = {
+        event.asset_key.to_user_string(): (event.passed, event.description or "")
+        for event in result.asset_events
+        if isinstance(event, dg.AssetCheckEvaluation) and event.check_name == SYNC_CHECK
+    }
+    return reported, result.cursor
+
+
+def test_a_partition_loaded_with_other_config_shows_unsynced_on_each_asset_it_reaches(
+    warehouse: LoadedWarehouse,
+) -> None:
+    first = SPECIES[0]
+    _, cursor = sync_reports(warehouse, None)
+    # One species of occurrences loaded by hand with other config, as from the launchpad.
+    dg.materialize(
+        [occurrences],
+        instance=warehouse.instance,
+        partition_key=first,
+        resources=resources(warehouse.url, warehouse.root),
+        run_config={"ops": {"occurrences": {"config": {"require_coordinates": True}}}},
+    )
+    reported, cursor = sync_reports(warehouse, cursor)
+    assert f"{first} (config changed)" in reported["occurrences"][1]
+    for reader in ("occurrence_sample", "masked_release", "region_assignment", "occurrence_quality"):
+        passed, description = reported[reader]
+        assert not passed and f"{first} (input changed" in description, (reader, description)
+        assert "Launch them: Materialize" in description
+    # The next run loads them back to the configured snapshot: the checks no longer name that species.
+    warehouse.run()
+    reported, _ = sync_reports(warehouse, cursor)
+    assert all(first not in description for _, description in reported.values()), reported
