@@ -112,7 +112,7 @@ def postgres_instance(dagster_storage_url: str):
 # The two sessions that take minutes (the browser session, the Celery workers) run one after the other on
 # the first xdist worker, while the second works through the short files. Side by side, one on each worker,
 # each with its own dagster dev (webserver, daemon, code servers) and run processes on two cores, each took
-# twice its time alone (stop 31's CI: 755 s and 567 s; the browser session alone: 377 s), and the suite
+# twice its time alone (one CI run: 755 s and 567 s; the browser session alone: 377 s), and the suite
 # waited for the later of the two. xdist (--dist loadfile --no-loadscope-reorder) hands files out in
 # collection order: one to each worker, then one more to each at once, then one to whichever has at most
 # two tests left. So the order is the browser session's file, one short file, the distributed session's

@@ -3,7 +3,7 @@ embeds them in Dagster metadata (as Dagster's docs embed plots: a data URI in ma
 
 Each figure is stored in Dagster's event log with its materialization, so they are small: about 3 to 6 kB
 at 288 x 216 pixels in 64 colours. They are drawn with Pillow alone: a frame, ticks, labels and filled
-rectangles are all a thumbnail needs. (matplotlib drew them until stop 31, at 120-160 ms a figure, most of
+rectangles are all a thumbnail needs. (matplotlib drew them once, at 120-160 ms a figure, most of
 it laying out its axes: 22 s of a first run over a 1M-record download, for 142 figures; Pillow draws one
 in a few ms.) The same input draws the same bytes: no timestamp is written, the font is the one Pillow
 ships, and every coordinate is rounded the same way on every machine.

@@ -72,7 +72,7 @@ STEP_POLL_SECONDS = 0.2
 # run. Taken in the order they were sent (first in, first out), the two species runs of a 600,000-record
 # download ended 5 s apart, the second run's region_assignment alone at the end: the first run's
 # geocoded_localities had taken the worker its derive was waiting for. Seconds per run (half the download,
-# stop 42): gbif_derived 1.5, then occurrences 5, then region_assignment 4.7 (which also waits for
+# 2026-12-05): gbif_derived 1.5, then occurrences 5, then region_assignment 4.7 (which also waits for
 # geocoded_localities, 3.3), masked_release 3.3 and occurrence_sample 1.1. Every other step keeps
 # dagster-celery's default, 5.
 STEP_PRIORITY_TAG = "dagster-celery/priority"

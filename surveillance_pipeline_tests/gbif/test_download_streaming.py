@@ -221,9 +221,9 @@ def _rows_only(info):
     raise ColumnarUnavailable("forced: read row by row")
 
 
-# What these lines' records file has always been, byte for byte (written through a TextIOWrapper, whose
-# close flushed the gzip stream, until stop 39): raw snapshots name their records files by sha256, so other
-# bytes for the same lines would give every species of every warehouse a new key, and a reload.
+# What these lines' records file has always been, byte for byte (once written through a TextIOWrapper,
+# whose close flushed the gzip stream): raw snapshots name their records files by sha256, so other bytes
+# for the same lines would give every species of every warehouse a new key, and a reload.
 RECORDS_FILE_LINES = [f"{key}\tHUMAN_OBSERVATION\tAU\tline {key}\n" for key in (5001, 5002, 123456789)]
 RECORDS_FILE_SHA256 = "44c6d49f95fd958316048240c25365688b71b80c37bf6ec614f96ceb2d02d75d"
 

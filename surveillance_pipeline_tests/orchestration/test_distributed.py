@@ -278,8 +278,8 @@ def _kill_a_worker_inside_a_load(server, workers, warehouse, species, root):
     worker3 = next(host_pid for host_pid, name in workers.names().items() if name == "worker3")
     with psycopg.connect(warehouse, autocommit=True) as conn:
         # Forget what the species' table partitions hold, so each loads again. Only theirs: with the devil
-        # snapshot's state gone too, the deliveries sensor launched a run of its own, and once (stop 40's
-        # second fresh clone) its step reached worker3's fault point first, so the killed step was not
+        # snapshot's state gone too, the deliveries sensor launched a run of its own, and once (on a fresh
+        # clone) its step reached worker3's fault point first, so the killed step was not
         # the backfill's.
         conn.execute("DELETE FROM target_state WHERE partition_key = ANY(%s)", (species,))
     backfill = server.launch_backfill(SPECIES_ASSETS, species)

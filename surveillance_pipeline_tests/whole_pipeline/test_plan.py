@@ -1,4 +1,4 @@
-"""make plan says what the next make run loads, and why, and writes nothing (#24 item 3).
+"""make plan says what the next make run loads, and why, and writes nothing.
 
 A warehouse loaded with make run's plan over the first species (test_target_verification's fixture), then
 changed as users change things: a table edited in psql, an export file edited, a new delivery of the

@@ -367,8 +367,8 @@ def _select_every_partition_in_the_launch_dialog(browser: Browser, asset_page: s
     The dialog shows no partition selection until the server answers its one request for the asset's
     partition health; Dagster's UI (usePartitionHealthData) makes that request once per opening and
     never again, so a request that fails or is never answered leaves the dialog empty until it is closed.
-    In one CI run (stop 40's) the dialog stayed so for a minute, and the test could not say why. In one
-    of stop 49's, the selection showed its "All" and then, clicked, lost it and said "0 partitions" for a
+    In one CI run the dialog stayed so for a minute, and the test could not say why. In another,
+    the selection showed its "All" and then, clicked, lost it and said "0 partitions" for a
     minute. A user closes the dialog and opens it again; so does this, once. What the page showed and
     logged the first time is a warning, so a failure that passes on the second opening still says what it
     was.

@@ -1,4 +1,4 @@
--- Migration 8: a target is checked, not trusted (#23).
+-- Migration 8: a target is checked, not trusted.
 -- * target_state records, with the key, what the load wrote: the rows' count (rows, as before) and an
 --   order-independent digest of their content, for the partition's rows named by partition_ref (the
 --   species_id, or 'all' for a target kept whole).

@@ -1,4 +1,4 @@
--- Migration 9: the geocoder ledger's version (#27). A token that every statement writing geocode_calls
+-- Migration 9: the geocoder ledger's version. A token that every statement writing geocode_calls
 -- replaces, in the writer's own transaction (a statement-level trigger: INSERT, UPDATE, DELETE, TRUNCATE,
 -- COPY, from any client). A token read again means no write to the ledger has committed since: a skip of
 -- geocoded_localities whose memo names the token need not read the species' entries, or even their stamp
