@@ -42,7 +42,7 @@ for kept_name in SURVEILLANCE_DATA_DIR GBIF_SOURCE SURVEILLANCE_SPECIES_FILE SUR
         fi
         export "$kept_name=$kept_given"
     elif [ -n "$kept_value" ]; then
-        echo "make: $kept_name=$kept_value, as an earlier command was given (kept in $kept_settings_file; set it to change)" >&2
+        echo "make: $kept_name=$kept_value, as an earlier command was given (kept in $kept_settings_file: set it to change, remove that file to forget)" >&2
         export "$kept_name=$kept_value"
     fi
 done
