@@ -48,7 +48,7 @@ from surveillance_pipeline.core.settings import (
     is_distributed,
 )
 from surveillance_pipeline.definitions import defs, table_targets
-from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.gbif.registry import load_registry, partition_keys
 from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
@@ -99,8 +99,11 @@ CAUSE_MARKERS = (
 
 
 def prepare_lab_inputs(root: Path) -> None:
-    """Write the lab's delivery A and its batches, unless the user's folders already hold some."""
-    if newest_delivery(root / "deliveries" / DEVIL_SLUG) is None:
+    """Write the lab's delivery A and its batches, unless the user's folders already hold some. Delivery A
+    is the devil's lab records: a registry without the devil gets none (devil_snapshot then says "no
+    delivery yet")."""
+    has_devil = any(species.slug == DEVIL_SLUG for species in load_registry())
+    if has_devil and newest_delivery(root / "deliveries" / DEVIL_SLUG) is None:
         write_lab_delivery(root, "A", LAB_DELIVERY_A_DATE)
     if not sorted((root / "batches").glob("*.csv")):
         write_lab_batches(root)
