@@ -191,9 +191,12 @@ def refresh_occurrence_quality(
         connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
         copy_terms(connection, snapshot, raw_path)
         thinned = copy_outliers(connection, species, rules)
-        connection.execute(
-            "SET LOCAL jit = off"
-        )  # PostGIS's costs cross the JIT threshold; compiling costs more
+        # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
+        # every record several times: in memory, not in temporary files. The incoming tables analyzed:
+        # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
+        connection.execute("SET LOCAL jit = off")
+        connection.execute("SET LOCAL work_mem = '128MB'")
+        connection.execute("ANALYZE incoming_quality_terms")
         statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
             table=table,
             occurrences=sql.Identifier(partition_table_name(species.species_id)),
