@@ -70,6 +70,23 @@ def test_a_data_folder_that_cannot_be_written_is_named():
         check_data_dir("/dev/null/data")
 
 
+def _provision(clone: Path, left_out: tuple[str, ...], **given: str) -> subprocess.CompletedProcess[str]:
+    """scripts/provision_postgis.sh run from a copy of the scripts in ``clone`` (a fresh clone: no
+    .local/), from an environment without the variables ``left_out`` names, with ``given``."""
+    shutil.copytree(SCRIPTS, clone / "scripts")
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(left_out)},
+        **given,
+        "PYTHON": sys.executable,
+    }
+    return subprocess.run(  # noqa: S603  # fixed argv, no shell
+        ["bash", str(clone / "scripts" / "provision_postgis.sh")],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+
+
 def _clusters() -> list[tuple[str, ...]]:
     """Every PostgreSQL cluster on the machine: version, name, port, status, and its server's start time."""
     listed = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True).stdout  # noqa: S607
@@ -87,18 +104,11 @@ def _clusters() -> list[tuple[str, ...]]:
 @pytest.mark.db
 def test_a_wrong_explicit_url_stops_provisioning_and_starts_or_writes_nothing(database_url, tmp_path):
     clone = tmp_path / "clone"
-    shutil.copytree(SCRIPTS, clone / "scripts")
     before = _clusters()
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_PG_", "GEOCODER_"))},
-        "SURVEILLANCE_DATABASE_URL": _with(database_url, password="wrong"),
-        "PYTHON": sys.executable,
-    }
-    done = subprocess.run(  # noqa: S603
-        ["bash", str(clone / "scripts" / "provision_postgis.sh")],
-        env=environment,
-        capture_output=True,
-        text=True,
+    done = _provision(
+        clone,
+        ("DAGSTER_PG_", "GEOCODER_"),
+        SURVEILLANCE_DATABASE_URL=_with(database_url, password="wrong"),
     )
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
@@ -180,20 +190,10 @@ def test_a_fresh_clone_uses_a_cluster_of_its_own_and_leaves_the_others_as_they_w
     if os.environ.get("SURVEILLANCE_WAREHOUSE_ORIGIN") == "given":
         pytest.skip("this warehouse is the user's own server: provisioning manages no cluster here")
     clone = tmp_path / "clone"
-    shutil.copytree(SCRIPTS, clone / "scripts")
     others = [c for c in _clusters() if c[1] != "surveillance"]
     extensions = {c[2]: _template1_extensions(c[2]) for c in others if c[3] == "online"}
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_PG_", "SURVEILLANCE_"))},
-        "PYTHON": sys.executable,
-    }
-    done = subprocess.run(  # noqa: S603
-        ["bash", str(clone / "scripts" / "provision_postgis.sh")],
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = _provision(clone, ("DAGSTER_PG_", "SURVEILLANCE_"))
+    assert done.returncode == 0, done.stderr
     kept = (clone / ".local" / "env.sh").read_text(encoding="utf-8")
     assert "SURVEILLANCE_WAREHOUSE_ORIGIN=" in kept and "/surveillance\n" in kept, done.stderr
     assert [c for c in _clusters() if c[1] != "surveillance"] == others, "another cluster was touched"

@@ -306,13 +306,15 @@ def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_a_verifyin
     planned = make_plan(warehouse.conn, bound["paths"], bound["geocoder"], [species_by_slug(SPECIES[0])])
     assert planned.steps["occurrences"][SPECIES[0]].reason == noted
     assert planned.steps["region_assignment"][SPECIES[0]].reason == noted
-    reported, cursor = noted_edits_reports(warehouse, None)
+    reported, cursor = sensor_reports(warehouse, NOTED_EDITS_SENSOR, None)
     assert {name for name, (passed, _) in reported.items() if not passed} == {
         "occurrences/holds_its_snapshot",
         "region_assignment/holds_its_snapshot",
     }
     assert SPECIES[0] in reported["occurrences/holds_its_snapshot"][1]
-    assert noted_edits_reports(warehouse, cursor)[0] == {}, "nothing new: nothing reported again"
+    assert sensor_reports(warehouse, NOTED_EDITS_SENSOR, cursor)[0] == {}, (
+        "nothing new: nothing reported again"
+    )
 
     reloaded = warehouse.run()
     assert reloaded == {("occurrences", SPECIES[0]): noted, ("region_assignment", SPECIES[0]): noted}
@@ -320,33 +322,13 @@ def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_a_verifyin
     assert warehouse.conn.execute(
         "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'geocoded_localities'::regclass AND tgenabled = 'D'"
     ).fetchone() == (0,)
-    reported, _ = noted_edits_reports(warehouse, cursor)
+    reported, _ = sensor_reports(warehouse, NOTED_EDITS_SENSOR, cursor)
     assert reported == {
         "occurrences/holds_its_snapshot": (True, reported["occurrences/holds_its_snapshot"][1]),
         "region_assignment/holds_its_snapshot": (True, reported["region_assignment/holds_its_snapshot"][1]),
     }
     warehouse.assert_untouched()
     warehouse.assert_next_run_skips_everything()
-
-
-def noted_edits_reports(
-    warehouse: LoadedWarehouse, cursor: str | None
-) -> tuple[dict[str, tuple[bool, str]], str | None]:
-    """One tick of the report_noted_edits sensor: per asset/check it reported, (passed, description)."""
-    sensor = warehouse.defs.get_sensor_def(NOTED_EDITS_SENSOR)
-    context = dg.build_sensor_context(
-        instance=warehouse.instance,
-        cursor=cursor,
-        resources={"warehouse": Warehouse(database_url=warehouse.url)},
-    )
-    result = sensor(context)
-    assert isinstance(result, dg.SensorResult) and not result.run_requests
-    reported = {
-        f"{event.asset_key.to_user_string()}/{event.check_name}": (event.passed, event.description or "")
-        for event in result.asset_events
-        if isinstance(event, dg.AssetCheckEvaluation)
-    }
-    return reported, result.cursor
 
 
 def test_edits_no_trigger_saw_and_no_check_found_are_repaired_by_a_verifying_run(
@@ -374,22 +356,31 @@ def test_edits_no_trigger_saw_and_no_check_found_are_repaired_by_a_verifying_run
     warehouse.assert_next_run_skips_everything()
 
 
-def sync_reports(
-    warehouse: LoadedWarehouse, cursor: str | None
+def sensor_reports(
+    warehouse: LoadedWarehouse, sensor_name: str, cursor: str | None
 ) -> tuple[dict[str, tuple[bool, str]], str | None]:
-    """One tick of the report_partitions_in_sync sensor: per asset it reported, (passed, description)."""
-    sensor = warehouse.defs.get_sensor_def(SYNC_SENSOR)
+    """One tick of a sensor that reports check evaluations: per "asset/check" it reported, (passed,
+    description), and its new cursor. It launches nothing."""
+    sensor = warehouse.defs.get_sensor_def(sensor_name)
     context = dg.build_sensor_context(
         instance=warehouse.instance, cursor=cursor, resources=resources(warehouse.url, warehouse.root)
     )
     result = sensor(context)
     assert isinstance(result, dg.SensorResult) and not result.run_requests
     reported = {
-        event.asset_key.to_user_string(): (event.passed, event.description or "")
+        f"{event.asset_key.to_user_string()}/{event.check_name}": (event.passed, event.description or "")
         for event in result.asset_events
-        if isinstance(event, dg.AssetCheckEvaluation) and event.check_name == SYNC_CHECK
+        if isinstance(event, dg.AssetCheckEvaluation)
     }
     return reported, result.cursor
+
+
+def sync_reports(
+    warehouse: LoadedWarehouse, cursor: str | None
+) -> tuple[dict[str, tuple[bool, str]], str | None]:
+    """report_partitions_in_sync's tick, by asset."""
+    reported, cursor = sensor_reports(warehouse, SYNC_SENSOR, cursor)
+    return {name.removesuffix(f"/{SYNC_CHECK}"): found for name, found in reported.items()}, cursor
 
 
 def test_a_partition_loaded_with_other_config_shows_unsynced_on_each_asset_it_reaches(
