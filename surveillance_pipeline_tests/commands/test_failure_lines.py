@@ -41,3 +41,24 @@ def test_any_other_error_is_left_to_the_usual_line():
     other = SerializableErrorInfo(message="builtins.KeyError: 'x'\n", stack=[], cls_name="KeyError")
     assert _subprocess_failures(other) is None
     assert _one_line(other) == "KeyError: 'x'"
+
+
+def test_a_full_disk_is_said_once_per_disk_and_other_failures_stay(tmp_path):
+    from surveillance_pipeline.commands.disk_full import collapse_disk_full
+
+    (tmp_path / "downloads").mkdir()
+    (tmp_path / "downloads" / "0001.zip").write_bytes(b"z" * (3 * 1024 * 1024 * 30))  # 90 MB
+    failures = [
+        *(f"gbif_raw partition s{n} failed: [Errno 28] No space left on device" for n in range(49)),
+        'occurrences partition s1 failed: DiskFull: could not extend file "base/16384/2619": No space left '
+        "on device HINT: Check free disk space.",
+        "occurrences partition s2 failed: data/derived/s2.csv: line 3, field year: not a year: 'x'",
+    ]
+    said = collapse_disk_full(failures, tmp_path)
+    assert len(said) == 3 and said[2] == failures[-1]
+    assert said[0].startswith(
+        f"the disk of the data folder {tmp_path} is full ([Errno 28] No space left on device;"
+    )
+    assert "49 failed: gbif_raw (49)" in said[0] and "a run needs about 70 MB" in said[0]
+    assert said[1].startswith("PostgreSQL's disk is full (could not extend file; 1 failed: occurrences (1))")
+    assert collapse_disk_full(failures[-1:], tmp_path) == failures[-1:]
