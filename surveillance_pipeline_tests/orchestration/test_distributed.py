@@ -35,7 +35,7 @@ from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
-from surveillance_pipeline.orchestration.run_health import RunProcess
+from surveillance_pipeline.orchestration.run_health import PROCESS_TAG, RunProcess
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.support.celery_workers import workers_running
 from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
@@ -126,8 +126,13 @@ def _species_run_ids(warehouse: str) -> list[str]:
 
 
 def _run_tags(server: DagsterDev, run_id: str) -> dict[str, str]:
-    answer = server.graphql(RUN_TAGS, {"id": run_id})["runOrError"]
-    return {tag["key"]: tag["value"] for tag in answer["tags"]}
+    """Every tag of the run, the hidden ones too (read from the instance's storage), after checking that
+    the UI shows none of our bookkeeping tags."""
+    shown = server.graphql(RUN_TAGS, {"id": run_id})["runOrError"]["tags"]
+    assert not {tag["key"] for tag in shown} & {PROCESS_TAG, run_settings.SETTINGS_TAG}
+    with psycopg.connect(server.storage_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT key, value FROM run_tags WHERE run_id = %s", [run_id]).fetchall()
+    return {str(key): str(value) for key, value in rows}
 
 
 def _make_run(env: dict[str, str]) -> None:

@@ -78,6 +78,7 @@ class DagsterDev:
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.home = home
+        self.storage_url = storage_url
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {

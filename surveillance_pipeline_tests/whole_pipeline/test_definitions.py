@@ -30,6 +30,27 @@ def test_definitions_load_with_every_asset_the_issues_name():
         "geocoded_localities",
         "region_assignment",
     }
+    assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
+    assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
+    assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
+    assert graph.get(dg.AssetKey("masked_release")).parent_keys == {
+        dg.AssetKey("occurrences"),
+        dg.AssetKey("occurrence_quality"),
+    }
+    assert graph.get(dg.AssetKey("occurrence_quality")).parent_keys == {
+        dg.AssetKey("occurrences"),
+        dg.AssetKey("gbif_derived"),
+    }
+    assert graph.get(dg.AssetKey("quality_report")).parent_keys == {dg.AssetKey("occurrence_quality")}
+    assert graph.get(dg.AssetKey("geocoded_localities")).parent_keys == {dg.AssetKey("gbif_raw")}
+    assert graph.get(dg.AssetKey("region_assignment")).parent_keys == {
+        dg.AssetKey("occurrences"),
+        dg.AssetKey("geocoded_localities"),
+    }
+
+
+def test_each_table_is_verified_and_each_planned_asset_says_what_is_out_of_sync_outside_the_asset_jobs():
+    graph = defs.resolve_asset_graph()
     checks = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}
     # Each table-writing asset verifies its tables (verification.py); region_assignment and
     # occurrence_quality write two each.
@@ -80,23 +101,6 @@ def test_definitions_load_with_every_asset_the_issues_name():
         assert "holds_its_snapshot" not in in_job and "regions_table_holds_its_snapshot" not in in_job
         assert "partitions_in_sync" not in in_job, "the plan's checks run from their sensor, not each run"
     assert defs.get_schedule_def("daily_verify_targets").job_name == "verify_targets"
-    assert graph.get(dg.AssetKey("occurrences")).parent_keys == {dg.AssetKey("gbif_derived")}
-    assert graph.get(dg.AssetKey("gbif_derived")).parent_keys == {dg.AssetKey("gbif_raw")}
-    assert graph.get(dg.AssetKey("gbif_raw")).parent_keys == {dg.AssetKey("gbif_downloads")}
-    assert graph.get(dg.AssetKey("masked_release")).parent_keys == {
-        dg.AssetKey("occurrences"),
-        dg.AssetKey("occurrence_quality"),
-    }
-    assert graph.get(dg.AssetKey("occurrence_quality")).parent_keys == {
-        dg.AssetKey("occurrences"),
-        dg.AssetKey("gbif_derived"),
-    }
-    assert graph.get(dg.AssetKey("quality_report")).parent_keys == {dg.AssetKey("occurrence_quality")}
-    assert graph.get(dg.AssetKey("geocoded_localities")).parent_keys == {dg.AssetKey("gbif_raw")}
-    assert graph.get(dg.AssetKey("region_assignment")).parent_keys == {
-        dg.AssetKey("occurrences"),
-        dg.AssetKey("geocoded_localities"),
-    }
 
 
 def test_masked_release_runs_with_the_species_job_and_its_replay_job_is_defined():
