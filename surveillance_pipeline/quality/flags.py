@@ -382,9 +382,15 @@ def first_flag_counts(conn: psycopg.Connection, species_id: int) -> dict[str, in
     query = load_sql(PACKAGE, "select_first_flag_counts").format(
         table=sql.Identifier(OCCURRENCE_QUALITY.name)
     )
-    return {
-        str(name): int(count) for name, count in conn.execute(query, {"species_id": species_id}).fetchall()
-    }
+    return first_flag_counts_of(conn, query, {"species_id": species_id})
+
+
+def first_flag_counts_of(
+    conn: psycopg.Connection, query: sql.Composed, params: dict[str, Any]
+) -> dict[str, int]:
+    """Per test, how many of some records it was the first to flag: ``query`` returns (first_flag, count)
+    rows (the masked release counts a species, an export the records it holds)."""
+    return {str(name): int(count) for name, count in conn.execute(query, params).fetchall()}
 
 
 @dataclass(frozen=True)

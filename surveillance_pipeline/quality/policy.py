@@ -101,14 +101,6 @@ def policy_record(policy: str, tests: dict[str, Any], excluded: dict[str, int]) 
     }
 
 
-def first_flag_counts_of(
-    conn: psycopg.Connection, query: sql.Composed, params: dict[str, Any]
-) -> dict[str, int]:
-    """Per test, how many of an output's candidate records it was the first to flag: ``query`` returns
-    (first_flag, count) rows."""
-    return {str(name): int(count) for name, count in conn.execute(query, params).fetchall()}
-
-
 def flagged_ids(conn: psycopg.Connection, species_id: int) -> frozenset[int]:
     """The ids of a species' records that a policy which drops flagged records leaves out."""
     rows = conn.execute(

@@ -15,11 +15,10 @@ from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, refuse_edited_targets, upstream_job_key
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.occurrences.load import OCCURRENCES
-from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY
+from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, first_flag_counts_of
 from surveillance_pipeline.quality.policy import (
     checked_policy,
     drops_flagged,
-    first_flag_counts_of,
     input_under_policy,
     kept_by_policy,
     policy_record,
@@ -34,7 +33,7 @@ from surveillance_pipeline.releases.exports import (
     parquet_export,
     publish_export,
 )
-from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_state_digest, sampled_slugs
+from surveillance_pipeline.samples.load import OCCURRENCE_SAMPLE, sample_state
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG, DEVIL_SNAPSHOT
 
 PACKAGE = "surveillance_pipeline.releases"
@@ -76,12 +75,9 @@ def sample_export_input(
     """What the sample export reads: every sample partition's key and, under a policy that drops, the
     flags' content version of each sampled species."""
     checked_policy(policy, "sample_export")
+    digest, slugs = sample_state(conn)
     key, tests = input_under_policy(
-        conn,
-        policy,
-        (OCCURRENCE_SAMPLE.name, sample_state_digest(conn)),
-        sampled_slugs(conn),
-        refuse_edits=refuse_edits,
+        conn, policy, (OCCURRENCE_SAMPLE.name, digest), slugs, refuse_edits=refuse_edits
     )
     return ExportInput(export_parts(key, policy), tests)
 

@@ -45,22 +45,20 @@ class Drift:
     left: list[tuple[int, int]] = field(default_factory=list)
 
 
-def sample_state_digest(conn: psycopg.Connection) -> str:
-    """sha256 of every sample partition's job key: what the whole sample holds, as one input checksum."""
+def sample_state(conn: psycopg.Connection) -> tuple[str, list[str]]:
+    """What the whole sample holds, in one read of its state rows: the sha256 of every partition's job key
+    (one input checksum), and the species it holds a partition of, by slug."""
     keys = conn.execute(
         "SELECT partition_key, job_key FROM target_state WHERE target = %s ORDER BY partition_key",
         [OCCURRENCE_SAMPLE.name],
     ).fetchall()
-    return sha256_hex(canonical_json([list(k) for k in keys]).encode("utf-8"))
+    digest = sha256_hex(canonical_json([list(k) for k in keys]).encode("utf-8"))
+    return digest, [str(slug) for slug, _ in keys]
 
 
-def sampled_slugs(conn: psycopg.Connection) -> list[str]:
-    """The species the sample holds a partition of, by slug."""
-    rows = conn.execute(
-        "SELECT partition_key FROM target_state WHERE target = %s ORDER BY partition_key",
-        [OCCURRENCE_SAMPLE.name],
-    ).fetchall()
-    return [str(row[0]) for row in rows]
+def sample_state_digest(conn: psycopg.Connection) -> str:
+    """sha256 of every sample partition's job key: what the whole sample holds, as one input checksum."""
+    return sample_state(conn)[0]
 
 
 def sample_job_parts(input_key: str, cap: int, policy: str = DEFAULT_POLICY) -> JobKeyParts:

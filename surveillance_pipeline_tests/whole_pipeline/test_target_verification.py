@@ -273,16 +273,23 @@ def test_an_older_dump_restored_over_a_table_is_reloaded(warehouse: LoadedWareho
     assert outputs(warehouse.url, warehouse.root) == holding_later
 
 
-def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_a_verifying_run(
+def unseen_update(species_id: int) -> tuple[str, ...]:
+    """An UPDATE of one species' occurrences no trigger sees, as a restore with pg_restore
+    --disable-triggers leaves it: the triggers are back, the edit unseen."""
+    table = f"occurrences_{species_id}"
+    return (
+        f"ALTER TABLE {table} DISABLE TRIGGER USER",
+        f"UPDATE {table} SET year = 1801 WHERE id = (SELECT min(id) FROM {table})",
+        f"ALTER TABLE {table} ENABLE TRIGGER USER",
+    )
+
+
+def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_the_next_run(
     warehouse: LoadedWarehouse,
 ) -> None:
     first_id = warehouse.species_id(SPECIES[0])
     warehouse.edit(
-        # As a restore with pg_restore --disable-triggers leaves it: the triggers are back, the edit unseen.
-        f"ALTER TABLE occurrences_{first_id} DISABLE TRIGGER USER",
-        f"UPDATE occurrences_{first_id} SET year = 1801 "
-        f"WHERE id = (SELECT min(id) FROM occurrences_{first_id})",
-        f"ALTER TABLE occurrences_{first_id} ENABLE TRIGGER USER",
+        *unseen_update(first_id),
         "ALTER TABLE region_assignment DISABLE TRIGGER USER",
         "DELETE FROM region_assignment WHERE id = "
         f"(SELECT min(id) FROM region_assignment WHERE species_id = {first_id})",
@@ -334,13 +341,7 @@ def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_a_verifyin
 def test_edits_no_trigger_saw_and_no_check_found_are_repaired_by_a_verifying_run(
     warehouse: LoadedWarehouse,
 ) -> None:
-    first_id = warehouse.species_id(SPECIES[0])
-    warehouse.edit(
-        f"ALTER TABLE occurrences_{first_id} DISABLE TRIGGER USER",
-        f"UPDATE occurrences_{first_id} SET year = 1801 "
-        f"WHERE id = (SELECT min(id) FROM occurrences_{first_id})",
-        f"ALTER TABLE occurrences_{first_id} ENABLE TRIGGER USER",
-    )
+    warehouse.edit(*unseen_update(warehouse.species_id(SPECIES[0])))
     # The ordinary run cannot know (its skip reads no row); make repair compares every skip's rows.
     assert warehouse.run() == {}
     verifying = assemble(
