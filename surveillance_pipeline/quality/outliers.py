@@ -15,8 +15,9 @@ import numpy as np
 
 # The sphere PostGIS measures great-circle distances on (its mean radius, metres).
 EARTH_RADIUS_M = 6_371_008.7714
-# Rows of the distance matrix computed at once: BLOCK_ROWS x sites doubles (80 MB at 10,000 sites).
-BLOCK_ROWS = 1000
+# Rows of the distance matrix computed at once: BLOCK_ROWS x sites doubles, two such arrays (5 MB at
+# 10,000 sites): small enough to stay in the cache; 1,000 rows (80 MB each) took 2.1x as long.
+BLOCK_ROWS = 32
 # Means are rounded to the millimetre before they are compared, so the last bits of a platform's
 # trigonometry cannot decide a flag.
 MEAN_DECIMALS = 3
@@ -31,7 +32,7 @@ def outlier_sites(
     total = int(records.sum())
     if total < max(min_records, 2):
         return None
-    means = np.round(_mean_distances(longitude, latitude, weights, total), MEAN_DECIMALS)
+    means = np.round(mean_distances(longitude, latitude, weights, total), MEAN_DECIMALS)
     low, high = weighted_quantiles(means, records, (0.25, 0.75))
     flagged: np.ndarray = means > high + multiplier * (high - low)
     return flagged
@@ -57,22 +58,40 @@ def weighted_quantiles(
     return result
 
 
-def _mean_distances(
+def mean_distances(
     longitude: np.ndarray, latitude: np.ndarray, weights: np.ndarray, total: int
 ) -> np.ndarray:
     """Per site, the weighted sum of its great-circle distances to every site over ``total - 1`` (a
-    record's own site adds 0): its records' mean distance to the species' other records."""
-    lon = np.radians(longitude)
-    lat = np.radians(latitude)
-    cos_lat = np.cos(lat)
-    sums = np.empty(len(lon))
-    for start in range(0, len(lon), BLOCK_ROWS):
-        stop = min(start + BLOCK_ROWS, len(lon))
-        # Haversine: stable for the short distances most pairs of a species have.
-        half_dlat = (lat[None, :] - lat[start:stop, None]) / 2
-        half_dlon = (lon[None, :] - lon[start:stop, None]) / 2
-        h = np.sin(half_dlat) ** 2 + cos_lat[start:stop, None] * cos_lat[None, :] * np.sin(half_dlon) ** 2
-        distance = 2 * EARTH_RADIUS_M * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
-        sums[start:stop] = distance @ weights
-    result: np.ndarray = sums / (total - 1)
+    record's own site adds 0): its records' mean distance to the species' other records.
+
+    Haversine, each pair once: a block of rows against itself and every later site, whose column sums
+    are the later sites' share. The half-differences' sines come from each site's own sine and cosine
+    (sin(a - b) = sin a cos b - cos a sin b), so a pair costs multiplications, one square root and one
+    arcsine. Against sines of the differences the means move by under a nanometre (millimetres are
+    compared); at 9,792 sites 0.5 s, where every pair with their sines took 4.0 s (2026-12-06).
+    """
+    half_lat = np.radians(latitude) / 2
+    half_lon = np.radians(longitude) / 2
+    sin_lat, cos_half_lat = np.sin(half_lat), np.cos(half_lat)
+    sin_lon, cos_half_lon = np.sin(half_lon), np.cos(half_lon)
+    cos_lat = np.cos(2 * half_lat)
+    count = len(longitude)
+    sums = np.zeros(count)
+    for start in range(0, count, BLOCK_ROWS):
+        stop = min(start + BLOCK_ROWS, count)
+        rows, columns = slice(start, stop), slice(start, count)
+        h = np.multiply(sin_lat[rows, None], cos_half_lat[None, columns])
+        h -= cos_half_lat[rows, None] * sin_lat[None, columns]
+        h *= h
+        across = np.multiply(sin_lon[rows, None], cos_half_lon[None, columns])
+        across -= cos_half_lon[rows, None] * sin_lon[None, columns]
+        across *= across
+        across *= cos_lat[rows, None] * cos_lat[None, columns]
+        h += across
+        np.minimum(h, 1.0, out=h)
+        np.sqrt(h, out=h)
+        angle = np.arcsin(h, out=h)
+        sums[rows] += angle @ weights[columns]
+        sums[stop:] += weights[rows] @ angle[:, stop - start :]
+    result: np.ndarray = sums * (2 * EARTH_RADIUS_M) / (total - 1)
     return result

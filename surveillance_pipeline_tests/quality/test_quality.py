@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import dagster as dg
 import numpy as np
@@ -18,7 +19,12 @@ from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.planning.plan import make_plan
 from surveillance_pipeline.quality.assets import occurrence_quality
-from surveillance_pipeline.quality.outliers import outlier_sites, weighted_quantiles
+from surveillance_pipeline.quality.outliers import (
+    EARTH_RADIUS_M,
+    mean_distances,
+    outlier_sites,
+    weighted_quantiles,
+)
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
 from surveillance_pipeline.quality.settings import configured_rules
@@ -292,6 +298,34 @@ def test_the_outliers_quantiles_are_rs_over_every_record_without_repeating_them(
     assert flagged is not None and flagged[-1] and not flagged[:-1].any()
     # Fewer records than the minimum: not evaluated.
     assert outlier_sites(longitude[:6], latitude[:6], records[:6], multiplier=5.0, min_records=7) is None
+
+
+def test_the_outliers_mean_distances_are_every_pairs_haversine():
+    # Sites a block apart and within one, one site twice, both poles, either side of the antimeridian,
+    # antipodes: each mean against the textbook formula, pair by pair.
+    generator = np.random.default_rng(6)
+    longitude = np.concatenate(
+        [generator.uniform(-180, 180, 90), [147.3, 147.3, 0.0, 0.0, 179.99, -179.99, 10.0, -170.0]]
+    )
+    latitude = np.concatenate(
+        [generator.uniform(-90, 90, 90), [-42.9, -42.9, 90.0, -90.0, 10.0, 10.0, 45.0, -45.0]]
+    )
+    weights = generator.integers(1, 5, len(longitude)).astype(np.float64)
+    total = int(weights.sum())
+
+    def haversine(i: int, j: int) -> float:
+        lat_i, lat_j = math.radians(latitude[i]), math.radians(latitude[j])
+        h = (
+            math.sin((lat_j - lat_i) / 2) ** 2
+            + math.cos(lat_i) * math.cos(lat_j) * math.sin(math.radians(longitude[j] - longitude[i]) / 2) ** 2
+        )
+        return 2 * EARTH_RADIUS_M * math.asin(math.sqrt(min(h, 1.0)))
+
+    expected = [
+        sum(haversine(i, j) * weights[j] for j in range(len(longitude))) / (total - 1)
+        for i in range(len(longitude))
+    ]
+    assert mean_distances(longitude, latitude, weights, total) == pytest.approx(expected, rel=0, abs=1e-6)
 
 
 @pytest.mark.db
