@@ -124,9 +124,28 @@ def quality_config(rules: QualityRules, layers: ReferenceLayers) -> dict[str, An
     return config
 
 
+# The bounds in degrees that settle a buffer test before its geodesic distance (why they hold:
+# insert_occurrence_quality.sql): the longest metre per degree of any path, and the slack either side.
+METRES_PER_DEGREE_AT_MOST = 111_694.0
+BOUND_SLACK_SHARE = 0.01
+BOUND_SLACK_M = 10.0
+
+
+def degree_bounds(test: str, buffer_m: float) -> dict[str, float]:
+    """``<test>_sure_degrees``: a piece this near in degrees is within ``buffer_m``; ``<test>_reach_m``:
+    the metres past which the statement's reach in degrees says a piece cannot be within it."""
+    slack = BOUND_SLACK_SHARE * buffer_m + BOUND_SLACK_M
+    return {
+        f"{test}_sure_degrees": max(0.0, buffer_m - slack) / METRES_PER_DEGREE_AT_MOST,
+        f"{test}_reach_m": buffer_m + slack,
+    }
+
+
 def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any]:
     """The bound values of insert_occurrence_quality.sql: every test's switch and parameters (a disabled
     test's defaults are bound too; its flag is null whatever they are)."""
+    sea_buffer = float(rules.param("sea", "buffer_m"))
+    country_buffer = float(rules.param("country", "buffer_m"))
     return {
         "species_id": species.species_id,
         "terrestrial": species.terrestrial,
@@ -144,8 +163,10 @@ def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any
         "hq_longitude": GBIF_HEADQUARTERS[0],
         "hq_latitude": GBIF_HEADQUARTERS[1],
         "gbif_hq_radius_m": float(rules.param("gbif_hq", "radius_m")),
-        "sea_buffer_m": float(rules.param("sea", "buffer_m")),
-        "country_buffer_m": float(rules.param("country", "buffer_m")),
+        "sea_buffer_m": sea_buffer,
+        **degree_bounds("sea", sea_buffer),
+        "country_buffer_m": country_buffer,
+        **degree_bounds("country", country_buffer),
         "outliers_cell_degrees": float(rules.param("outliers", "cell_degrees")),
     }
 
@@ -196,6 +217,7 @@ def refresh_occurrence_quality(
         # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
         connection.execute("SET LOCAL jit = off")
         connection.execute("SET LOCAL work_mem = '128MB'")
+        connection.execute("SET LOCAL default_statistics_target = 10")
         connection.execute("ANALYZE incoming_quality_terms")
         statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
             table=table,

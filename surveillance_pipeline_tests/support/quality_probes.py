@@ -27,6 +27,8 @@ FIRST_KEY = 4_100_000_000
 DATASET = "11111111-2222-4333-8444-555555555555"
 OTHER_DATASET = "66666666-7777-4888-8999-000000000000"
 GBIF_HQ = (12.58, 55.67)
+# On Tasmania's east coast near St Helens, facing the open sea.
+EAST_COAST = (148.33, -41.3)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,55 @@ def centroid(layer: str, name_property: str, name: str) -> tuple[float, float]:
 def east_of(point: tuple[float, float], metres: float) -> tuple[float, float]:
     longitude, latitude, _ = GEOD.fwd(point[0], point[1], 90.0, metres)
     return float(longitude), float(latitude)
+
+
+@cache
+def _coast_near(layer: str, point: tuple[float, float], code: str | None) -> tuple[list[float], list[float]]:
+    """The vertices, 0.0005 degrees (about 50 m) apart at most, of every polygon of ``layer`` (of the
+    country ``code``, where given) within half a degree of ``point``."""
+    from shapely import segmentize
+    from shapely.geometry import box
+
+    area = box(point[0] - 0.5, point[1] - 0.5, point[0] + 0.5, point[1] + 0.5)
+    longitudes: list[float] = []
+    latitudes: list[float] = []
+    for feature in _features(layer):
+        if code is not None and feature["properties"]["ISO_A2"] != code:
+            continue
+        near = shape(feature["geometry"]).intersection(area)
+        if near.is_empty:
+            continue
+        for x, y in (
+            segmentize(near.boundary, 0.0005).coords
+            if near.geom_type == "Polygon"
+            else (xy for part in near.geoms for xy in segmentize(part.boundary, 0.0005).coords)
+        ):
+            longitudes.append(x)
+            latitudes.append(y)
+    return longitudes, latitudes
+
+
+def offshore(
+    start: tuple[float, float], metres: float, layer: str, code: str | None = None
+) -> tuple[float, float]:
+    """The point due east of ``start`` (on the coast) whose geodesic distance to the nearest vertex of
+    ``layer`` near it is ``metres`` (to a metre): pyproj's WGS84 geodesic, not the SQL under test."""
+    longitudes, latitudes = _coast_near(layer, start, code)
+
+    def distance_to_land(along: float) -> tuple[float, tuple[float, float]]:
+        point = east_of(start, along)
+        _, _, distances = GEOD.inv(
+            [point[0]] * len(longitudes), [point[1]] * len(latitudes), longitudes, latitudes
+        )
+        return float(min(distances)), point
+
+    low, high = 0.0, 4 * metres
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if distance_to_land(middle)[0] < metres else (low, middle)
+    distance, point = distance_to_land(high)
+    assert abs(distance - metres) < 1.0, (start, metres, distance)
+    return point
 
 
 def _at(point: tuple[float, float]) -> dict[str, Any]:
@@ -124,6 +175,19 @@ def probes() -> list[Probe]:
         Probe("GBIF, 0.9 km", _at(east_of(GBIF_HQ, 900)), {"flag_gbif_hq": True, "flag_outliers": True}),
         Probe("GBIF, 1.1 km", _at(east_of(GBIF_HQ, 1_100)), {"flag_gbif_hq": False}),
         Probe("Bass Strait", _at((146.0, -40.3)), {"flag_sea": True, "flag_country": True}),
+        # Off Tasmania's east coast, into the open Tasman Sea, just inside and outside each buffer.
+        Probe("sea, 4.9 km off land", _at(offshore(EAST_COAST, 4_900, "land")), {"flag_sea": False}),
+        Probe("sea, 5.1 km off land", _at(offshore(EAST_COAST, 5_100, "land")), {"flag_sea": True}),
+        Probe(
+            "sea, 9.9 km off Australia",
+            _at(offshore(EAST_COAST, 9_900, "countries", "AU")),
+            {"flag_sea": True, "flag_country": False},
+        ),
+        Probe(
+            "sea, 10.1 km off Australia",
+            _at(offshore(EAST_COAST, 10_100, "countries", "AU")),
+            {"flag_sea": True, "flag_country": True},
+        ),
         Probe("New Zealand under AU", _at((172.0, -43.5)), {"flag_country": True, "flag_sea": False}),
         Probe("in Hobart", _at((147.3272, -42.8821)), {"flag_urban": None, "flag_country": False}),
         Probe("duplicate", {**_at(inside)}, {"flag_duplicates": True}),

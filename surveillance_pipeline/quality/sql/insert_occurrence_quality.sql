@@ -132,27 +132,82 @@ spatial AS (
                    SELECT 1 FROM {references} AS r
                    WHERE r.layer = 'countries' AND r.code = p.country_code AND ST_Intersects(r.geom, p.geom)
                )
-               OR EXISTS (
-                   SELECT 1 FROM {references} AS r
-                   WHERE r.layer = 'countries' AND r.code = p.country_code
-                     AND ST_DWithin(r.geog, p.geog, %(country_buffer_m)s)
+               OR (
+                   (NOT p.country_reach_bounded OR EXISTS (
+                       SELECT 1 FROM {references} AS r
+                       WHERE r.layer = 'countries' AND r.code = p.country_code
+                         AND ST_DWithin(r.geom, p.geom, p.country_reach_degrees)
+                   ))
+                   AND (
+                       EXISTS (
+                           SELECT 1 FROM {references} AS r
+                           WHERE r.layer = 'countries' AND r.code = p.country_code
+                             AND ST_DWithin(r.geom, p.geom, %(country_sure_degrees)s)
+                       )
+                       OR EXISTS (
+                           SELECT 1 FROM {references} AS r
+                           WHERE r.layer = 'countries' AND r.code = p.country_code
+                             AND ST_DWithin(r.geog, p.geog, %(country_buffer_m)s)
+                       )
+                   )
                )
            ) END AS country
     FROM (
         SELECT c.*,
                -- On land, or within the sea test's buffer of it: the cell settles most points, then the
-               -- pieces; the distance only for a point off every piece.
+               -- pieces; then the bounds in degrees (reach below), and the geodesic distance only for a
+               -- point the bounds leave undecided.
                CASE WHEN %(on_sea)s OR %(on_country)s THEN (
                    c.land_cell
                    OR EXISTS (
                        SELECT 1 FROM {references} AS r WHERE r.layer = 'land' AND ST_Intersects(r.geom, c.geom)
                    )
-                   OR EXISTS (
-                       SELECT 1 FROM {references} AS r
-                       WHERE r.layer = 'land' AND ST_DWithin(r.geog, c.geog, %(sea_buffer_m)s)
+                   OR (
+                       (NOT reach.sea_reach_bounded OR EXISTS (
+                           SELECT 1 FROM {references} AS r
+                           WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.geom, reach.sea_reach_degrees)
+                       ))
+                       AND (
+                           EXISTS (
+                               SELECT 1 FROM {references} AS r
+                               WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.geom, %(sea_sure_degrees)s)
+                           )
+                           OR EXISTS (
+                               SELECT 1 FROM {references} AS r
+                               WHERE r.layer = 'land' AND ST_DWithin(r.geog, c.geog, %(sea_buffer_m)s)
+                           )
+                       )
                    )
-               ) END AS near_land
+               ) END AS near_land,
+               reach.country_reach_degrees,
+               reach.country_reach_bounded
         FROM celled AS c
+        -- Bounds in plain degrees that settle most points before a geodesic distance (about 4x the cost
+        -- of a planar test). Along any path in longitude-latitude, a metre of the WGS84 spheroid is at
+        -- most 1/111,694 of a degree (the meridian's degree at the pole is the longest, 111,694 m) and at
+        -- least 1/(110,574 cos(phi)) (the meridian's degree at the equator, 110,574 m, the parallel's
+        -- shorter by cos(phi), phi the farthest latitude the path reaches). So:
+        --   sure:  a piece within (buffer - slack) / 111,694 degrees is within the buffer;
+        --   reach: a piece within the buffer is within (buffer + slack) / (110,574 cos(phi)) degrees,
+        --          unless the path may cross the antimeridian or come near a pole (not bounded then).
+        -- The slack (a hundredth of the buffer, plus 10 m) covers how far a piece's geodesic edges stray from its
+        -- planar ones (under 2 m at 0.1 degree, insert_quality_references.sql) and PostGIS's rounding;
+        -- a point between the two bounds is measured as before, so every flag is the geodesic test's.
+        CROSS JOIN LATERAL (
+            SELECT (%(sea_reach_m)s / 110574.0) / cos(radians(least(89.0, abs(c.lat) + %(sea_reach_m)s / 110574.0)))
+                       AS sea_reach_degrees,
+                   abs(c.lat) + %(sea_reach_m)s / 110574.0 < 89.0
+                       AND abs(c.lon) + (%(sea_reach_m)s / 110574.0)
+                           / cos(radians(least(89.0, abs(c.lat) + %(sea_reach_m)s / 110574.0))) < 180.0
+                       AS sea_reach_bounded,
+                   (%(country_reach_m)s / 110574.0)
+                       / cos(radians(least(89.0, abs(c.lat) + %(country_reach_m)s / 110574.0)))
+                       AS country_reach_degrees,
+                   abs(c.lat) + %(country_reach_m)s / 110574.0 < 89.0
+                       AND abs(c.lon) + (%(country_reach_m)s / 110574.0)
+                           / cos(radians(least(89.0, abs(c.lat) + %(country_reach_m)s / 110574.0))) < 180.0
+                       AS country_reach_bounded
+        ) AS reach
     ) AS p
 ),
 duplicates AS (
