@@ -129,14 +129,9 @@ def live_resources() -> dict[str, Any]:
 
 def assemble(resources: dict[str, Any]) -> dg.Definitions:
     """The whole code location over the given resources (tests pass their own database and folders)."""
-    assets = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
-    # @observable_source_asset gives a source asset (not an AssetsDefinition) in Dagster 1.13.
-    observable_sources = [
-        a.key
-        for domain in DOMAINS
-        for a in (domain.assets or [])
-        if isinstance(a, dg.SourceAsset) and a.is_observable
-    ]
+    defined = [a for domain in DOMAINS for a in (domain.assets or []) if isinstance(a, dg.AssetsDefinition)]
+    assets = [a for a in defined if not a.is_observable]
+    observable_sources = [a.key for a in defined if a.is_observable]
     checks = target_checks(table_targets())
     # Checks the asset jobs leave out: the verifications scan whole tables (their own job and schedule),
     # and the sync checks plan the next run (their own sensor).

@@ -47,10 +47,17 @@ class OccurrencesConfig(dg.Config):
     require_coordinates: bool = False
 
 
-@dg.observable_source_asset(
-    group_name="occurrences",
-    description="GBIF download zips (DwC-A or simple CSV) in data/downloads/; data version = sha256 over "
-    "their names and bytes. Read by gbif_raw when GBIF_SOURCE=download. Observing never parses a download.",
+# From specs, as devil_delivery is (snapshots/assets.py says why).
+@dg.multi_observable_source_asset(
+    specs=[
+        dg.AssetSpec(
+            "gbif_downloads",
+            group_name="occurrences",
+            description="GBIF download zips (DwC-A or simple CSV) in data/downloads/; data version = sha256 "
+            "over their names and bytes. Read by gbif_raw when GBIF_SOURCE=download. Observing never parses "
+            "a download.",
+        )
+    ],
 )
 def gbif_downloads(
     context: dg.AssetExecutionContext, paths: DataPaths, warehouse: Warehouse

@@ -359,6 +359,10 @@ def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
     assert observation.metadata["downloads"].value[0]["indexed"] is False
     # A file that is not a zip is not read, and says so.
     assert observation.metadata["ignored"].value == ["notes.txt"]
+    # The step's output, as the run's page shows it, carries the observation's metadata, not Dagster's
+    # own marker of a source asset (__source_asset_observation__).
+    [output] = [event for event in observed.all_node_events if event.event_type_value == "STEP_OUTPUT"]
+    assert set(output.event_specific_data.metadata) == {"downloads", "ignored"}
 
     run = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert metadata(run, "occurrences")["rows"] == 3  # the genus-rank record reaches no species

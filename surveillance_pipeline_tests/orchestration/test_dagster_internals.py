@@ -25,9 +25,9 @@ FENCE = PROJECT / "surveillance_pipeline" / "orchestration" / "dagster_internals
 PARTS = dg.StaticPartitionsDefinition(["a", "b"])
 
 
-@dg.observable_source_asset
-def source() -> dg.DataVersion:
-    return dg.DataVersion("source-v1")
+@dg.multi_observable_source_asset(specs=[dg.AssetSpec("source")])
+def source() -> dg.ObserveResult:
+    return dg.ObserveResult(data_version=dg.DataVersion("source-v1"))
 
 
 @dg.asset(partitions_def=PARTS, code_version="1", deps=[source])
