@@ -5,8 +5,9 @@ Fetch a species, normalize, and keep the old file if equal.
 
 from __future__ import annotations
 
+import heapq
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +37,7 @@ from surveillance_pipeline.gbif.raw_snapshots import (
     parse_raw_snapshot,
     records_path,
 )
-from surveillance_pipeline.gbif.records import RecordsWriter, copy_records
+from surveillance_pipeline.gbif.records import RecordsWriter, copy_records, iter_record_lines, record_key
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 
 # The code that turns a search answer into a stored snapshot (paging, normalizing, the file's layout, the
@@ -118,10 +119,33 @@ def _held_answer(
     return _unchanged(request, source, raw_path, data_sha256, kept.count, kept.records_sha256, kept.retrieved)
 
 
-def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Superseded:
+    """A download's part of a species left out because a newer download of the same query is at hand."""
+
+    info: DownloadInfo
+    part: SpeciesPart
+    by: DownloadInfo
+
+
+@dataclass(frozen=True)
+class SpeciesSources:
+    """The downloads a species' records come from (oldest first), and the parts newer ones supersede."""
+
+    current: list[tuple[DownloadInfo, SpeciesPart]]
+    superseded: list[Superseded]
+
+
+def download_request(
+    species: Species,
+    sources: Sequence[tuple[DownloadInfo, SpeciesPart]],
+    superseded: Sequence[Superseded] = (),
+) -> dict[str, Any]:
     """The raw snapshot's request for a species read from downloads: which downloads (and which of
-    their records: count and sha256 of the species' part), which taxon, which area."""
-    return {
+    their records: count and sha256 of the species' part), which taxon, which area; and, where a newer
+    download of the same query replaced an older one, which older part it replaced (so the request, and
+    every key after it, changes when a refreshed download arrives)."""
+    request: dict[str, Any] = {
         "area": {"country": species.country, "stateProvince": species.state_province},
         "downloads": [
             {**info.identity(), "records": part.records, "records_sha256": part.sha256}
@@ -130,35 +154,78 @@ def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, Spe
         "endpoint": DOWNLOAD_ENDPOINT,
         "taxon": species.taxon_filter(),
     }
+    if superseded:
+        request["superseded"] = [
+            {"key": old.info.key, "sha256": old.info.sha256, "records": old.part.records, "by": old.by.key}
+            for old in superseded
+        ]
+    return request
 
 
-def species_sources(
-    indexes: Sequence[DownloadIndex], species: Species
-) -> list[tuple[DownloadInfo, SpeciesPart]]:
-    """The downloads holding records of the species, oldest first."""
+def species_sources(indexes: Sequence[DownloadIndex], species: Species) -> SpeciesSources:
+    """The downloads holding records of the species, oldest first, and the parts superseded.
+
+    Of several downloads of one query (the query GBIF wrote into the download's metadata, byte for byte),
+    only the newest is read: GBIF removes records (withdrawn, merged into another, moved to another taxon),
+    and a record the newer download lacks is gone from GBIF. Downloads of different queries, or whose
+    query is not known (a simple CSV names none), add up: a record in two is taken from the newer.
+    """
     ordered = sorted(indexes, key=lambda index: index.info.recency())
-    return [
-        (index.info, part)
-        for index in ordered
-        if (part := index.part(species.slug)) is not None and part.records > 0
-    ]
+    newest_of_query = {index.info.query: index.info for index in ordered if index.info.query is not None}
+    current: list[tuple[DownloadInfo, SpeciesPart]] = []
+    superseded: list[Superseded] = []
+    for index in ordered:
+        part = index.part(species.slug)
+        if part is None or part.records == 0:
+            continue
+        newest = newest_of_query.get(index.info.query) if index.info.query is not None else None
+        if newest is not None and newest is not index.info:
+            superseded.append(Superseded(index.info, part, newest))
+        else:
+            current.append((index.info, part))
+    return SpeciesSources(current, superseded)
+
+
+def records_gone(sources: SpeciesSources) -> int:
+    """How many records of the superseded parts no current download holds: a walk over their keys, each
+    part sorted by gbifID as its index wrote it (read only when the species loads; memory flat)."""
+
+    def keys(parts: Sequence[SpeciesPart]) -> Iterator[int]:
+        streams = [(record_key(line) for line in iter_record_lines(p.path, p.sha256)) for p in parts]
+        previous = None
+        for key in heapq.merge(*streams):
+            if key != previous:
+                yield key
+                previous = key
+
+    held = keys([part for _, part in sources.current])
+    next_held = next(held, None)
+    gone = 0
+    for key in keys([old.part for old in sources.superseded]):
+        while next_held is not None and next_held < key:
+            next_held = next(held, None)
+        if next_held != key:
+            gone += 1
+    return gone
 
 
 def ingest_species_from_downloads(
     indexes: Sequence[DownloadIndex], species: Species, raw_path: Path, stamps: Path | None = None
 ) -> IngestOutcome | None:
     """The species' records from the downloads at hand, as a header and a records file; None when no
-    download holds the species (it is then the search client's, never emptied).
+    download holds the species (it is then the search client's, never emptied). A species that only a
+    download superseded by a newer one of its query held is gone from GBIF's answer: an empty file.
 
     The request names each source download's part of this species (count and sha256), and the records
     are a pure function of those parts: an equal request with its records file intact is a skip, decided
     without reading a record. ``stamps``: a memo of the records file's stamp and sha256, so that a file
     unchanged since it was last hashed is not read again (``sha256_file_stamped``); None: hashed.
     """
-    sources = species_sources(indexes, species)
-    if not sources:
+    found = species_sources(indexes, species)
+    if not found.current and not found.superseded:
         return None
-    request = download_request(species, sources)
+    sources = found.current
+    request = download_request(species, sources, found.superseded)
     records_file = records_path(raw_path)
     previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
     if (
@@ -182,12 +249,15 @@ def ingest_species_from_downloads(
         part = sources[0][1]
         records_sha256, rows = copy_records(part.path, records_file, part.sha256), part.records
     else:
+        # Several, or none: the species vanished from the newest download of its query (an empty file).
         with RecordsWriter(records_file) as writer:
             writer.write_lines(merged_species_lines(sources))
             rows = writer.rows
             records_sha256 = writer.commit()
     # When GBIF made the newest download read: the same downloads give the same bytes in a fresh folder.
-    retrieved = max((info.created for info, _ in sources if info.created), default=UNKNOWN_TIME)
+    # (A species only superseded downloads held was read as absent from the newer one: its time.)
+    read = [info for info, _ in sources] + [old.by for old in found.superseded]
+    retrieved = max((info.created for info in read if info.created), default=UNKNOWN_TIME)
     snapshot = RawSnapshot(
         request,
         retrieved,
@@ -201,11 +271,15 @@ def ingest_species_from_downloads(
     replace_file(raw_path, data)
     if stamps is not None:
         keep_file_stamps(stamps, {records_file: records_sha256})
+    reason = _reason(previous, request)
+    if found.superseded:
+        newer = ", ".join(sorted({old.by.key for old in found.superseded}))
+        reason += f"; newer download {newer} of the same query: {records_gone(found):,} records gone"
     return IngestOutcome(
         request,
         DOWNLOAD_SOURCE,
         True,
-        _reason(previous, request),
+        reason,
         raw_path,
         sha256_hex(data),
         rows,

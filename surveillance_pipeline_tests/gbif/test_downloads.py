@@ -340,6 +340,81 @@ def _download_resources(database_url: str, data_dir: Path) -> dict:
     return {**resources(database_url, data_dir), "gbif": LabGbifSource(source="download", fallback="lab")}
 
 
+def _write_dwca_of(path: Path, rows: list[str], key: str, query: str) -> Path:
+    """A DwC-A whose metadata names its own key (and so its creation time) and query."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metadata_xml = METADATA_XML.replace("0001234-261129000000000", key).replace(
+        '{"type":"equals","key":"TAXON_KEY","value":"2433"}', query
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("meta.xml", META_XML)
+        archive.writestr("metadata.xml", metadata_xml)
+        archive.writestr("occurrence.txt", ("\ufeff" + HEADER + "".join(rows)).encode("utf-8"))
+    return path
+
+
+def _devil_ids(db) -> list[int]:
+    return [row[0] for row in db.execute("SELECT id FROM occurrences ORDER BY id").fetchall()]
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_records_go(
+    db, database_url, data_dir, instance
+):
+    """A user keeps each month's download: the newer of one query is read alone, so a record GBIF no
+    longer has leaves occurrences; a download of another query still adds up; taking the newer away
+    gives the older's records back; a species the newer download lacks ends empty."""
+    resources = _download_resources(database_url, data_dir)
+    downloads = data_dir / "downloads"
+    taxon = '{"type":"equals","key":"TAXON_KEY","value":"2433"}'
+    area = '{"type":"equals","key":"STATE_PROVINCE","value":"Tasmania"}'
+    gone = (
+        "147.0\tBicheno\thttp://creativecommons.org/licenses/by/4.0/legalcode\t"
+        "5009\tSarcophilus harrisii\t-41.9\t2018\t\n"
+    )
+    other = "146.5\tTarraleah\tCC0_1_0\t5010\tSarcophilus harrisii\t-42.3\t2020\t\n"
+    _write_dwca_of(downloads / "november.zip", [*DEVIL_ROWS[:2], gone], "0001234-261101000000000", taxon)
+    _write_dwca_of(downloads / "by-area.zip", [other], "0004321-261115000000000", area)
+    dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert _devil_ids(db) == [5001, 5002, 5009, 5010]
+
+    # December's download of the same query no longer has 5009.
+    _write_dwca_of(downloads / "december.zip", DEVIL_ROWS[:2], "0002345-261201000000000", taxon)
+    run = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert _devil_ids(db) == [5001, 5002, 5010]
+    raw = metadata(run, "gbif_raw")
+    assert raw["action"] == "loaded"
+    assert raw["reason"].endswith("newer download 0002345-261201000000000 of the same query: 1 records gone")
+    request = read_raw_snapshot(data_dir / "raw" / f"{DEVIL}.json").request
+    assert [d["key"] for d in request["downloads"]] == ["0004321-261115000000000", "0002345-261201000000000"]
+    assert request["superseded"] == [
+        {
+            "key": "0001234-261101000000000",
+            "sha256": sha256_file(downloads / "november.zip"),
+            "records": 3,
+            "by": "0002345-261201000000000",
+        }
+    ]
+    again = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert metadata(again, "gbif_raw")["action"] == "skipped"
+
+    # December's taken away: November is the newest of its query again, and 5009 is back.
+    (downloads / "december.zip").unlink()
+    dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert _devil_ids(db) == [5001, 5002, 5009, 5010]
+
+    # A newer download of each query without the devil: its partition ends empty, not kept nor searched.
+    shutil.move(downloads / "november.zip", data_dir / "november.zip")
+    shutil.move(downloads / "by-area.zip", data_dir / "by-area.zip")
+    _write_dwca_of(downloads / "january.zip", [DEVIL_ROWS[0]], "0003456-270101000000000", taxon)
+    dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert _devil_ids(db) == [5001]
+    _write_dwca_of(downloads / "february.zip", [DEVIL_ROWS[3]], "0003457-270201000000000", taxon)
+    dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert _devil_ids(db) == []
+
+
 @pytest.mark.db
 @pytest.mark.dagster
 def test_a_dropped_download_is_observed_and_reaches_the_species_partition(
