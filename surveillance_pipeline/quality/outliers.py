@@ -72,19 +72,19 @@ def mean_distances(
     """
     half_lat = np.radians(latitude) / 2
     half_lon = np.radians(longitude) / 2
-    sin_lat, cos_half_lat = np.sin(half_lat), np.cos(half_lat)
-    sin_lon, cos_half_lon = np.sin(half_lon), np.cos(half_lon)
-    cos_lat = np.cos(2 * half_lat)
+    sin_half_lat, cos_half_lat = np.sin(half_lat), np.cos(half_lat)
+    sin_half_lon, cos_half_lon = np.sin(half_lon), np.cos(half_lon)
+    cos_lat = np.cos(np.radians(latitude))
     count = len(longitude)
     sums = np.zeros(count)
     for start in range(0, count, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, count)
         rows, columns = slice(start, stop), slice(start, count)
-        h = np.multiply(sin_lat[rows, None], cos_half_lat[None, columns])
-        h -= cos_half_lat[rows, None] * sin_lat[None, columns]
+        h = np.multiply(sin_half_lat[rows, None], cos_half_lat[None, columns])
+        h -= cos_half_lat[rows, None] * sin_half_lat[None, columns]
         h *= h
-        across = np.multiply(sin_lon[rows, None], cos_half_lon[None, columns])
-        across -= cos_half_lon[rows, None] * sin_lon[None, columns]
+        across = np.multiply(sin_half_lon[rows, None], cos_half_lon[None, columns])
+        across -= cos_half_lon[rows, None] * sin_half_lon[None, columns]
         across *= across
         across *= cos_lat[rows, None] * cos_lat[None, columns]
         h += across

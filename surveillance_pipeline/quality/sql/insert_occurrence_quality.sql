@@ -190,11 +190,13 @@ spatial AS (
         --   sure:  a piece within (buffer - slack) / 111,694 degrees is within the buffer;
         --   reach: a piece within the buffer is within (buffer + slack) / (110,574 cos(phi)) degrees,
         --          unless the path may cross the antimeridian or come near a pole (not bounded then).
-        -- The slack (a hundredth of the buffer, plus 10 m) covers how far a piece's geodesic edges stray from its
-        -- planar ones (under 2 m at 0.1 degree, insert_quality_references.sql) and PostGIS's rounding;
-        -- a point between the two bounds is measured as before, so every flag is the geodesic test's.
+        -- The slack (a hundredth of the buffer, plus 10 m) covers how far a piece's geodesic edges
+        -- stray from its planar ones (under 2 m at 0.1 degree, insert_quality_references.sql) and
+        -- PostGIS's rounding; a point between the two bounds is measured as before, so every flag is the
+        -- geodesic test's.
         CROSS JOIN LATERAL (
-            SELECT (%(sea_reach_m)s / 110574.0) / cos(radians(least(89.0, abs(c.lat) + %(sea_reach_m)s / 110574.0)))
+            SELECT (%(sea_reach_m)s / 110574.0)
+                       / cos(radians(least(89.0, abs(c.lat) + %(sea_reach_m)s / 110574.0)))
                        AS sea_reach_degrees,
                    abs(c.lat) + %(sea_reach_m)s / 110574.0 < 89.0
                        AND abs(c.lon) + (%(sea_reach_m)s / 110574.0)
