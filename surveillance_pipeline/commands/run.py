@@ -53,6 +53,7 @@ from surveillance_pipeline.lab.batches import write_lab_batches
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
 from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
+from surveillance_pipeline.orchestration.compute_logs import terminal_at_level
 from surveillance_pipeline.orchestration.dagster_internals import (
     SerializableErrorInfo,
     execute_in_code_location,
@@ -72,7 +73,7 @@ from surveillance_pipeline.orchestration.partitions import add_batch_days
 from surveillance_pipeline.orchestration.pools import ensure_pool_limits
 from surveillance_pipeline.orchestration.reporting import failed_partitions, partition_range_tags
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, Warehouse
-from surveillance_pipeline.orchestration.run_config import quiet_run_config
+from surveillance_pipeline.orchestration.run_config import run_config_for
 from surveillance_pipeline.planning.plan import ORDER as PLAN_ORDER
 from surveillance_pipeline.planning.plan import shown_name
 from surveillance_pipeline.snapshots.deliveries import newest_delivery
@@ -87,6 +88,8 @@ ONE_RUN = "--one-run"
 RUN_ID_LINE = "run id: "
 # How often make run looks for a finished child run (_ChildRuns.run_all).
 CHILD_POLL_SECONDS = 0.1
+# What make run's terminal shows of its runs' console logs (their compute logs keep every level).
+TERMINAL_LEVEL = "WARNING"
 # Errors whose text was written for the user (it names the file, line and field): shown without a class.
 # Errors whose message was written for the user: printed without their class. dagster.Failure is how a
 # resource or a step refuses on purpose (a worker whose settings differ, say).
@@ -250,7 +253,7 @@ def execute_job(
         workspace_file=WORKSPACE_FILE,
         module_name=CODE_LOCATION_MODULE,
         attribute=CODE_LOCATION_ATTRIBUTE,
-        run_config=quiet_run_config(job_op_names(job)),
+        run_config=run_config_for(job_op_names(job)),
         tags=tags,
         steps_elsewhere=is_distributed(),
     )
@@ -612,19 +615,23 @@ def main(early: ForkedWeights | None = None, started: float | None = None) -> in
     # Before the instance opens a connection or the index a thread: the process that weighs the species
     # (first, so it holds none of the other children's pipes), then the species runs and the days' run.
     weigher = chosen_weigher(weighing_plan(defs), early)
-    if is_distributed():
-        children.fork_ahead(partition_writers() + 1)
-    with dg.DagsterInstance.get() as instance:
-        try:
-            runs = run_all_partitions(instance, children=children, weigher=weigher)
-        finally:
-            if weigher is not None:
-                weigher.result()
-        elapsed = time.perf_counter() - started
-        run_ids = [r.run_id for r in runs]
-        seconds = step_seconds(instance, run_ids)
-        failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
-        failures = run_failures(instance, failed)
+    # The runs' console logs in full in their compute logs (the UI's stderr of each step), warnings and
+    # errors alone on this terminal, the children's included: they inherit it. (Its thread only reads and
+    # writes descriptors, so a child forked beside it holds no lock the thread held.)
+    with terminal_at_level(TERMINAL_LEVEL):
+        if is_distributed():
+            children.fork_ahead(partition_writers() + 1)
+        with dg.DagsterInstance.get() as instance:
+            try:
+                runs = run_all_partitions(instance, children=children, weigher=weigher)
+            finally:
+                if weigher is not None:
+                    weigher.result()
+            elapsed = time.perf_counter() - started
+            run_ids = [r.run_id for r in runs]
+            seconds = step_seconds(instance, run_ids)
+            failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+            failures = run_failures(instance, failed)
     succeeded = not failed
     print(
         f"{len(runs)} runs ({', '.join(r.run_id[:8] for r in runs)}): "

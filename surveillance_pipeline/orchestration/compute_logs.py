@@ -23,6 +23,7 @@ test_compute_logs pins that Dagster's own manager still starts them.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,6 +45,11 @@ COPY_BYTES = 1 << 16
 # How long the end of a capture waits for the copy of what is still in the pipe. It ends at once, unless
 # a process the step started still holds the pipe: then the copy goes on in the background until it ends.
 COPY_JOIN_SECONDS = 5.0
+
+
+# Dagster's console lines ("2026-12-06 10:53:46 +0000 - dagster - DEBUG - ..."), by level.
+DAGSTER_LINE = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4} - dagster - ([A-Z]+) - ")
+LEVELS = {b"DEBUG": 10, b"INFO": 20, b"WARNING": 30, b"ERROR": 40, b"CRITICAL": 50}
 
 
 class MirroredComputeLogManager(LocalComputeLogManager):
@@ -136,3 +142,63 @@ def _copy(read_end: int, path: str, through: int) -> None:
         os.close(read_end)
         for sink in sinks:
             os.close(sink)
+
+
+@contextmanager
+def terminal_at_level(level: str, descriptor: int = 2) -> Iterator[None]:
+    """While inside, the terminal behind ``descriptor`` shows Dagster's console lines at ``level`` or
+    above, and every other line; the lines below it are dropped there only.
+
+    make run keeps its runs' console logger at Dagster's default, so that a step's compute log (what the
+    UI shows as the step's stderr) holds every event, as a run launched in the UI does; its terminal shows
+    what it showed when the runs logged warnings only. A capture inside writes its file first and this
+    filter after it; a process started inside inherits the filtered descriptor. A Dagster message over
+    several lines is judged by its first: the others are not Dagster lines and are shown.
+    """
+    least = LEVELS[level.encode()]
+    sys.stderr.flush()
+    original = os.dup(descriptor)
+    read_end, write_end = os.pipe()
+    through = os.dup(original)
+    copier = threading.Thread(
+        target=_filter_lines, args=(read_end, through, least), name="terminal-level", daemon=True
+    )
+    copier.start()
+    os.dup2(write_end, descriptor)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os.dup2(original, descriptor)
+            os.close(original)
+            copier.join(COPY_JOIN_SECONDS)
+
+
+def _filter_lines(read_end: int, through: int, least: int) -> None:
+    """Copy the pipe's lines to ``through``, but Dagster's below ``least``; drain the pipe whatever fails."""
+    pending = b""
+    alive = True
+    try:
+        while chunk := os.read(read_end, COPY_BYTES):
+            *lines, pending = (pending + chunk).split(b"\n")
+            shown = b"".join(line + b"\n" for line in lines if _shown(line, least))
+            if shown and alive:
+                try:
+                    write_all(through, shown)
+                except OSError:
+                    alive = False
+        if pending and alive and _shown(pending, least):
+            write_all(through, pending)
+    except OSError:
+        pass
+    finally:
+        os.close(read_end)
+        os.close(through)
+
+
+def _shown(line: bytes, least: int) -> bool:
+    match = DAGSTER_LINE.match(line)
+    return match is None or LEVELS.get(match.group(1), least) >= least

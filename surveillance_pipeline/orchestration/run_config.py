@@ -28,10 +28,7 @@ def op_config(asset_name: str) -> dict[str, Any]:
     return dict(checked_in_run_config()["ops"].get(asset_name, {}).get("config", {}))
 
 
-# make run prints its own summary: the runs' console logs show warnings and errors only.
+# A run whose console shows warnings and errors only (the tests' own runs). make run's runs keep the
+# default, so their compute logs hold every event; its terminal is filtered instead
+# (compute_logs.terminal_at_level).
 QUIET_CONSOLE: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
-def quiet_run_config(op_names: Iterable[str]) -> dict[str, Any]:
-    """The checked-in config for these ops, with the console quiet (make run's runs)."""
-    return {**run_config_for(op_names), **QUIET_CONSOLE}

@@ -10,7 +10,11 @@ import sys
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.orchestration.compute_logs import MirroredComputeLogManager, mirrored
+from surveillance_pipeline.orchestration.compute_logs import (
+    MirroredComputeLogManager,
+    mirrored,
+    terminal_at_level,
+)
 from surveillance_pipeline.orchestration.dagster_internals import LocalComputeLogManager
 from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
 from surveillance_pipeline_tests.support.dagster_dev import project_dagster_home
@@ -75,6 +79,53 @@ def test_a_steps_output_reaches_its_compute_log_and_the_terminal_and_starts_no_p
     stderr = b"".join(part.stderr or b"" for part in data).decode()
     assert stdout == f"through print\nthrough the descriptor\n{'x' * 200_000}\nthe last line\n"
     assert stderr == "to stderr\n"
+
+
+@dg.asset
+def warns(context: dg.AssetExecutionContext) -> None:
+    context.log.info("an info line")
+    context.log.warning("a warning line")
+    print("a plain line", file=sys.stderr, flush=True)
+
+
+def _materialize_warns_at_warning() -> None:
+    """As make run runs: the console at Dagster's default level, the terminal filtered to warnings."""
+    with terminal_at_level("WARNING"), dg.DagsterInstance.get() as instance:
+        result = dg.materialize([warns], instance=instance)
+    print(json.dumps({"run_id": result.run_id, "success": result.success}))
+
+
+def _captured_stderr(run_id: str) -> str:
+    with dg.DagsterInstance.get() as instance:
+        captured = instance.all_logs(run_id, of_type=dg.DagsterEventType.LOGS_CAPTURED)
+        keys = [entry.dagster_event.logs_captured_data.file_key for entry in captured]
+        data = [instance.compute_log_manager.get_log_data([run_id, "compute_logs", key]) for key in keys]
+    return b"".join(part.stderr or b"" for part in data).decode()
+
+
+def test_make_runs_terminal_shows_warnings_while_the_compute_log_keeps_every_line(
+    dagster_storage_url, tmp_path, monkeypatch
+):
+    """The UI shows a make run's run's step output as a run launched there (every event); make run's
+    terminal shows its warnings and whatever is not Dagster's."""
+    for name, value in project_dagster_home(tmp_path / "home", dagster_storage_url).items():
+        monkeypatch.setenv(name, value)
+    script = f"from {__name__} import _materialize_warns_at_warning; _materialize_warns_at_warning()"
+    done = subprocess.run(  # noqa: S603  # the test's own module, a fixed script, no shell
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    assert outcome["success"]
+    terminal = done.stderr.splitlines()
+    assert any(line.endswith("a warning line") and " - dagster - WARNING - " in line for line in terminal)
+    assert "a plain line" in terminal
+    assert not [
+        line for line in terminal if " - dagster - DEBUG - " in line or " - dagster - INFO - " in line
+    ]
+    logged = _captured_stderr(outcome["run_id"])
+    assert " - dagster - INFO - " in logged and "an info line" in logged
+    assert " - dagster - DEBUG - " in logged and "STEP_SUCCESS" in logged
+    assert "a warning line" in logged and "a plain line" in logged
 
 
 def test_a_stream_without_a_descriptor_is_left_alone_and_its_file_still_made(tmp_path):
