@@ -26,7 +26,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -87,15 +87,21 @@ def mirrored(stream: TextIO, path: str) -> Iterator[None]:
     if descriptor is None:
         yield
         return
+    with _through_a_thread(stream, descriptor, lambda read_end, through: _copy(read_end, path, through)):
+        yield
+
+
+@contextmanager
+def _through_a_thread(stream: TextIO, descriptor: int, copy: Callable[[int, int], None]) -> Iterator[None]:
+    """While inside, ``descriptor`` points at a pipe that a thread of this process reads:
+    ``copy(read_end, through)``, ``through`` a duplicate of where the descriptor pointed before."""
     stream.flush()
     original = os.dup(descriptor)
     read_end, write_end = os.pipe()
     # The thread writes through its own duplicate: it may outlive the capture (a child process holding
     # the pipe), and must never write to a descriptor number the process has since reused.
     through = os.dup(original)
-    copier = threading.Thread(
-        target=_copy, args=(read_end, path, through), name=f"compute-log-{descriptor}", daemon=True
-    )
+    copier = threading.Thread(target=copy, args=(read_end, through), name=f"pipe-{descriptor}", daemon=True)
     copier.start()
     os.dup2(write_end, descriptor)
     os.close(write_end)
@@ -106,7 +112,7 @@ def mirrored(stream: TextIO, path: str) -> Iterator[None]:
             stream.flush()
         finally:
             # The pipe's write end at ``descriptor`` is closed by this: the copy sees the pipe's end once
-            # no process the step started holds it.
+            # no process started inside holds it.
             os.dup2(original, descriptor)
             os.close(original)
             copier.join(COPY_JOIN_SECONDS)
@@ -156,25 +162,10 @@ def terminal_at_level(level: str, descriptor: int = 2) -> Iterator[None]:
     several lines is judged by its first: the others are not Dagster lines and are shown.
     """
     least = LEVELS[level.encode()]
-    sys.stderr.flush()
-    original = os.dup(descriptor)
-    read_end, write_end = os.pipe()
-    through = os.dup(original)
-    copier = threading.Thread(
-        target=_filter_lines, args=(read_end, through, least), name="terminal-level", daemon=True
-    )
-    copier.start()
-    os.dup2(write_end, descriptor)
-    os.close(write_end)
-    try:
+    with _through_a_thread(
+        sys.stderr, descriptor, lambda read_end, through: _filter_lines(read_end, through, least)
+    ):
         yield
-    finally:
-        try:
-            sys.stderr.flush()
-        finally:
-            os.dup2(original, descriptor)
-            os.close(original)
-            copier.join(COPY_JOIN_SECONDS)
 
 
 def _filter_lines(read_end: int, through: int, least: int) -> None:
