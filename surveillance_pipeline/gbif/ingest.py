@@ -63,6 +63,8 @@ class IngestOutcome:
     records: int
     records_sha256: str
     retrieved: str
+    # Records of downloads a newer one of their query superseded that no current download holds.
+    records_gone: int | None = None
 
 
 def utc_now_text() -> str:
@@ -272,9 +274,13 @@ def ingest_species_from_downloads(
     if stamps is not None:
         keep_file_stamps(stamps, {records_file: records_sha256})
     reason = _reason(previous, request)
+    gone = None
     if found.superseded:
+        # The count goes to the partition's metadata: in the reason it would make every species' reason
+        # its own line of make run's table.
         newer = ", ".join(sorted({old.by.key for old in found.superseded}))
-        reason += f"; newer download {newer} of the same query: {records_gone(found):,} records gone"
+        reason += f"; newer download {newer} of the same query"
+        gone = records_gone(found)
     return IngestOutcome(
         request,
         DOWNLOAD_SOURCE,
@@ -285,6 +291,7 @@ def ingest_species_from_downloads(
         rows,
         records_sha256,
         retrieved,
+        gone,
     )
 
 

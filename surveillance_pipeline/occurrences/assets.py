@@ -145,7 +145,10 @@ def gbif_raw(
                 trust_answer_versions=trust_stamps,
             )
             path = dg.MetadataValue.path(str(ingested.path))
-            return outcome_report(outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved)
+            gone = {} if ingested.records_gone is None else {"records_gone": ingested.records_gone}
+            return outcome_report(
+                outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved, **gone
+            )
 
         yield from report_partitions(context, ingest_partition)
 
