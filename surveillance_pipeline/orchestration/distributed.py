@@ -24,8 +24,9 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import dagster as dg
 
@@ -211,7 +212,7 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
             claim_run_process(
                 plan_context.instance, plan_context.dagster_run, plan_context.log, stop_promptly=False
             )
-            return super().execute(plan_context, execution_plan)
+            return _naming_a_lost_broker(super().execute(plan_context, execution_plan))
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         # Set before the run's loop starts (it reads the value at each pause).
@@ -229,6 +230,58 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
         executor_creation_fn=create,
         requirements=dg.multiple_process_executor_requirements(),
         description=celery_executor.description,
+    )
+
+
+def _naming_a_lost_broker(events: Iterator[Any]) -> Iterator[Any]:
+    """The run's events, and when Redis stops answering mid-run, a failure that says so.
+
+    dagster-celery's loop asks Redis, many times a second, whether each step sent is done. Stopped for a
+    few seconds, Redis fails every run in flight with Celery's own words, "Retry limit exceeded while
+    trying to reconnect to the Celery result store backend. The Celery application must be restarted.",
+    which names neither Redis nor what the user should do (measured 2026-12-06: the three runs of a
+    backfill failed 3 to 27 s after Redis stopped). The run still fails (its steps' results went with the
+    broker); this says why, where, and that running again is safe.
+    """
+    try:
+        yield from events
+    except Exception as error:
+        cause = broker_failure(error)
+        if cause is None:
+            raise
+        raise dg.Failure(description=broker_lost_message(cause)) from error
+
+
+def broker_failure(error: BaseException) -> BaseException | None:
+    """The error in ``error``'s chain that says Redis stopped answering, or None."""
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RedisConnectionError | RedisTimeoutError | OperationalError):
+            return current
+        # Celery's result consumer, after its reconnection attempts, raises a bare RuntimeError.
+        if isinstance(current, RuntimeError) and "Celery result store" in str(current):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def broker_lost_message(cause: BaseException) -> str:
+    """One line: which broker stopped answering (host and port only: the URL may hold a password), what it
+    said, and what to do."""
+    parts = urlsplit(redis_url())
+    where = f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    said = " ".join(str(cause).split()) or type(cause).__name__
+    return (
+        f"the steps' broker, Redis at {where} ({REDIS_URL_VARIABLE}), stopped answering in the middle of "
+        f"the run ({said}), so this run stops. A step already on a worker finished or rolled back, and "
+        "every load is a job-key refresh: once Redis answers again, launch the failed partitions again "
+        "(make run, or the backfill's failed partitions in the UI) and what committed is skipped."
     )
 
 

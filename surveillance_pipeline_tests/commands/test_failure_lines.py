@@ -62,3 +62,28 @@ def test_a_full_disk_is_said_once_per_disk_and_other_failures_stay(tmp_path):
     assert "49 failed: gbif_raw (49)" in said[0] and "a run needs about 70 MB" in said[0]
     assert said[1].startswith("PostgreSQL's disk is full (could not extend file; 1 failed: occurrences (1))")
     assert collapse_disk_full(failures[-1:], tmp_path) == failures[-1:]
+
+
+def test_a_broker_that_stopped_answering_is_named_with_its_place_and_what_to_do(monkeypatch):
+    import redis
+
+    from surveillance_pipeline.orchestration.distributed import broker_failure, broker_lost_message
+
+    monkeypatch.setenv("REDIS_URL", "redis://:secret-password@broker.example:6390/0")
+    try:
+        try:
+            raise redis.exceptions.ConnectionError(
+                "Error 111 connecting to broker.example:6390. Connection refused."
+            )
+        except redis.exceptions.ConnectionError as lost:
+            raise RuntimeError("Retry limit exceeded") from lost
+    except RuntimeError as wrapped:
+        cause = broker_failure(wrapped)
+    assert isinstance(cause, redis.exceptions.ConnectionError)
+    said = broker_lost_message(cause)
+    assert said.startswith("the steps' broker, Redis at broker.example:6390 (REDIS_URL), stopped answering")
+    assert "Connection refused" in said and "secret-password" not in said
+    assert broker_failure(KeyError("x")) is None
+    assert broker_failure(
+        RuntimeError("Retry limit exceeded while trying to reconnect to the Celery result store")
+    )

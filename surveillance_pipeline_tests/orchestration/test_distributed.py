@@ -11,7 +11,10 @@ stays short), split into runs of PER_RUN species. Then:
 - a worker SIGKILLed in the middle of a backfill, inside a load's transaction, loses nothing: every
   partition is loaded once (its step, redelivered to the other worker, skips what the dead worker had
   committed) or reported failed and loaded by a retry, and the outputs again equal the single-process
-  run's.
+  run's;
+- Redis stopped while a worker is inside a load, and started again empty: the run fails naming Redis, the
+  worker commits its load, and the same partitions launched again load once each, with the outputs again
+  the single-process run's.
 """
 
 from __future__ import annotations
@@ -73,6 +76,15 @@ query Latest($key: AssetKeyInput!, $partitions: [String!]) {
     ... on AssetNode {
       latestMaterializationByPartition(partitions: $partitions) { partition tags { key value } }
     }
+  }
+}"""
+# Celery's line for a task that ended: "[2026-12-06 13:14:03,522: INFO/MainProcess] Task
+# execute_plan[14be…] succeeded in 61.2s: […]" (or "raised").
+TASK_ENDED = r"^\[[^]]+\] Task \S+\[[\w-]+\] (succeeded|raised)"
+RUN_FAILURE = """
+query Failure($id: ID!) {
+  runOrError(runId: $id) {
+    ... on Run { eventConnection { events { __typename ... on RunFailureEvent { error { message } } } } }
   }
 }"""
 RUN_TAGS = "query Tags($id: ID!) { runOrError(runId: $id) { ... on Run { tags { key value } } } }"
@@ -190,7 +202,7 @@ def cluster(server_url, tmp_path_factory):
         server.start()
         try:
             with workers_running(server.env, root, ["worker1", "worker2"]) as workers:
-                yield server, workers, warehouse, data, species, reference, root
+                yield server, workers, warehouse, data, species, reference, root, redis
         finally:
             assert server.stop(), "a process of dagster dev's group was left behind"
 
@@ -326,10 +338,50 @@ def _every_table_partition_loaded_once(server, warehouse, species, every, status
     assert loaded == Counter({(asset, slug) for asset in _table_assets() for slug in species})
 
 
+def _stop_the_broker_inside_a_load(server, workers, warehouse, species, root, redis):
+    """worker4 alone (worker1 stopped), its first load held just before COMMIT; Redis is stopped, and
+    started again (empty: it persists nothing) once the run has ended; then worker4 commits. The run fails
+    naming the broker, and the same partitions launched again load. Returns the runs of both backfills."""
+    workers.stop("worker1")
+    signal_file = root / "worker4.signal"
+    blocked = {
+        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
+        FAULT_ACTION_VARIABLE: BLOCK,
+        FAULT_SIGNAL_VARIABLE: str(signal_file),
+        FAULT_ONCE_VARIABLE: "1",
+    }
+    workers.start("worker4", blocked)
+    with psycopg.connect(warehouse, autocommit=True) as conn:
+        conn.execute("DELETE FROM target_state WHERE partition_key = ANY(%s)", (species,))
+    backfill = server.launch_backfill(SPECIES_ASSETS, species)
+    deadline = time.monotonic() + 300
+    while not signal_file.exists():
+        assert time.monotonic() < deadline, "worker4 never reached a load's COMMIT"
+        time.sleep(0.2)
+    redis.stop()
+    status, lost_runs = server.wait_backfill(backfill, timeout=300)
+    redis.start()
+    ended = len(re.findall(TASK_ENDED, workers.log("worker4"), re.M))
+    Path(f"{signal_file}.release").touch()
+    assert status != "COMPLETED_SUCCESS"
+    for run_id in lost_runs:
+        events = server.graphql(RUN_FAILURE, {"id": run_id})["runOrError"]["eventConnection"]["events"]
+        failures = [event["error"]["message"] for event in events if event["__typename"] == "RunFailureEvent"]
+        assert len(failures) == 1, (run_id, events)
+        assert f"Redis at 127.0.0.1:{redis.port} (REDIS_URL), stopped answering" in failures[0], failures
+    # worker4, released, commits its load; it reconnects to the new Redis on its own.
+    while len(re.findall(TASK_ENDED, workers.log("worker4"), re.M)) == ended:
+        assert time.monotonic() < deadline + 300, workers.log("worker4")[-3000:]
+        time.sleep(0.5)
+    retry = server.launch_backfill(SPECIES_ASSETS, species)
+    assert server.wait_backfill(retry, timeout=900)[0] == "COMPLETED_SUCCESS"
+    return lost_runs + [run["runId"] for run in server.backfill_runs(retry)]
+
+
 def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(cluster):
     """One cluster session in four steps, each building on the state the one before left (starting the
     cluster and make run's reference take minutes, so the steps share it rather than each starting one)."""
-    server, workers, warehouse, data, species, reference, root = cluster
+    server, workers, warehouse, data, species, reference, root, redis = cluster
     every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
 
     # 1. Every partition loaded once, by both workers; Dagster shows them all.
@@ -344,4 +396,11 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     status, killed_runs = _kill_a_worker_inside_a_load(server, workers, warehouse, species, root)
     _every_table_partition_loaded_once(server, warehouse, species, every, status, killed_runs)
     # No partition half-written: the outputs are the single-process run's again.
+    assert _fingerprint(warehouse, data) == reference
+    # 5. Redis stopped in the middle of a load, then started again, empty: the run fails naming it, and
+    # launched again, every table partition of its species is loaded once, with nothing half-written.
+    one_run = species[:PER_RUN]
+    runs = _stop_the_broker_inside_a_load(server, workers, warehouse, one_run, root, redis)
+    loaded = Counter((a, s) for a, s, action, _ in _provenance(warehouse, runs) if action == "loaded")
+    assert loaded == Counter({(asset, slug) for asset in _table_assets() for slug in one_run})
     assert _fingerprint(warehouse, data) == reference

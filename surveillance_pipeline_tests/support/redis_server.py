@@ -20,6 +20,11 @@ class PrivateRedis:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PrivateRedis:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the server on its port (again, after ``stop``: empty, as nothing is persisted)."""
         server = shutil.which("redis-server")
         if server is None:
             raise RuntimeError(
@@ -49,12 +54,17 @@ class PrivateRedis:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1) as connection:
                     connection.sendall(b"PING\r\n")
                     if connection.recv(16).startswith(b"+PONG"):
-                        return self
+                        return
             except OSError:
                 time.sleep(0.1)
         raise TimeoutError(f"redis-server did not answer on port {self.port}")
 
-    def __exit__(self, *_: object) -> None:
+    def stop(self) -> None:
+        """Stop the server (SIGTERM; with nothing persisted, what it held is gone)."""
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=30)
+            self.process = None
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
