@@ -1,17 +1,21 @@
 """`make run` when a step or a species fails: the user sees its own error last, not a crash of the summary."""
 
 import os
+import shutil
 import subprocess
 import sys
 
 import dagster as dg
+import psycopg
 import pytest
+from psycopg import sql
 
 from surveillance_pipeline.commands.run import summarize
 from surveillance_pipeline.gbif.registry import partition_keys
 from surveillance_pipeline.orchestration.partitions import species_partitions
 from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, project_dagster_home
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
+from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.pipeline import partitions_in_status
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
@@ -125,3 +129,68 @@ def test_a_full_data_disk_is_said_once_with_the_folder_and_the_room_needed_and_t
     again = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {})
     assert again.returncode == 0, again.stdout + again.stderr
     assert db.execute("SELECT count(*) FROM occurrences").fetchone() == (26391,)
+
+
+@pytest.fixture()
+def warehouse_on_a_small_disk():
+    """A warehouse whose tables go to an 8 MB file system of their own (the lab's take about 80 MB), on a
+    throwaway cluster: a tablespace needs a superuser, and the project's server is not to be changed. The
+    catalogs and the write-ahead log stay on the cluster's own disk, as on a server whose data disk fills.
+    Yields the warehouse's URL and the mount point, grown on demand."""
+    cluster = PrivateCluster()
+    mount_point = cluster.root / "small_disk"
+    mounted = False
+    try:
+        cluster.start()
+        mount_point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount_point)], check=True)  # noqa: S607
+        mounted = True
+        shutil.chown(mount_point, "postgres", "postgres")
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE TABLESPACE small_disk LOCATION {}").format(sql.Literal(str(mount_point)))
+            )
+            conn.execute("ALTER DATABASE warehouse SET default_tablespace = small_disk")
+        yield cluster.url, mount_point
+    finally:
+        cluster.destroy()
+        if mounted:
+            subprocess.run(["umount", "--lazy", str(mount_point)], check=True)  # noqa: S607
+
+
+def test_a_full_database_disk_is_said_once_every_partition_held_holds_and_the_next_run_completes(
+    dagster_storage_url, postgres_instance, tmp_path, warehouse_on_a_small_disk
+):
+    url, mount_point = warehouse_on_a_small_disk
+    data_dir = tmp_path / "data"
+    failed = _make_run(tmp_path, dagster_storage_url, url, data_dir, {})
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+    said = [line for line in failed.stderr.splitlines() if line.startswith("make run: ")]
+    full = [line for line in said if "could not extend file" in line]
+    assert len(full) == 1 and full[0].startswith("make run: PostgreSQL's disk is full"), failed.stderr
+    assert "Traceback" not in failed.stderr
+    # What the failed run left is whole: every partition a load committed holds the snapshot it recorded.
+    verified = _verify(url)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    with psycopg.connect(url) as conn:
+        held = conn.execute("SELECT count(*) FROM target_state WHERE target = 'occurrences'").fetchone()
+    # The disk filled in the middle of occurrences: some species loaded, the others kept nothing.
+    assert held is not None and 0 < held[0] < 71, (held, full)
+    # Grown, the next run completes: every partition loaded, every one holding.
+    subprocess.run(["mount", "-o", "remount,size=512m", str(mount_point)], check=True)  # noqa: S607
+    again = _make_run(tmp_path, dagster_storage_url, url, data_dir, {})
+    assert again.returncode == 0, again.stdout + again.stderr
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM occurrences").fetchone() == (26391,)
+    assert _verify(url).returncode == 0
+
+
+def _verify(url):
+    return subprocess.run(  # noqa: S603  # fixed argv, no shell
+        [sys.executable, "-m", "surveillance_pipeline.commands.verify"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "SURVEILLANCE_DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
