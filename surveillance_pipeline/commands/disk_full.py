@@ -74,7 +74,7 @@ def collapse_disk_full(failures: Sequence[str], folder: Path) -> list[str]:
     if database:
         said.append(
             f"PostgreSQL's disk is full (could not extend file; {len(database)} failed: {_where(database)}). "
-            "Every target kept the snapshot it held (each load rolled back): free space on the server's data "
-            "directory and run make run again."
+            "Every target kept the snapshot it held (each load rolled back): free space where the server "
+            "keeps the warehouse's tables (its data directory, or their tablespace) and run make run again."
         )
     return said + kept
