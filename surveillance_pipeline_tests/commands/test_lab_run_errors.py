@@ -11,12 +11,12 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.commands.run import summarize
-from surveillance_pipeline.gbif.registry import partition_keys
+from surveillance_pipeline.gbif.registry import packaged_registry_path, partition_keys
 from surveillance_pipeline.orchestration.partitions import species_partitions
 from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, project_dagster_home
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
-from surveillance_pipeline_tests.support.pipeline import partitions_in_status
+from surveillance_pipeline_tests.support.pipeline import partitions_in_status, rows_md5
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
 
@@ -133,17 +133,17 @@ def test_a_full_data_disk_is_said_once_with_the_folder_and_the_room_needed_and_t
 
 @pytest.fixture()
 def warehouse_on_a_small_disk():
-    """A warehouse whose tables go to an 8 MB file system of their own (the lab's take about 80 MB), on a
-    throwaway cluster: a tablespace needs a superuser, and the project's server is not to be changed. The
-    catalogs and the write-ahead log stay on the cluster's own disk, as on a server whose data disk fills.
-    Yields the warehouse's URL and the mount point, grown on demand."""
+    """A warehouse whose tables go to a 64 MB file system of their own, on a throwaway cluster: a
+    tablespace needs a superuser, and the project's server is not to be changed. The catalogs and the
+    write-ahead log stay on the cluster's own disk, as on a server whose data disk fills. Yields the
+    warehouse's URL and the mount point."""
     cluster = PrivateCluster()
     mount_point = cluster.root / "small_disk"
     mounted = False
     try:
         cluster.start()
         mount_point.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount_point)], check=True)  # noqa: S607
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)], check=True)  # noqa: S607
         mounted = True
         shutil.chown(mount_point, "postgres", "postgres")
         with psycopg.connect(cluster.url, autocommit=True) as conn:
@@ -158,30 +158,53 @@ def warehouse_on_a_small_disk():
             subprocess.run(["umount", "--lazy", str(mount_point)], check=True)  # noqa: S607
 
 
-def test_a_full_database_disk_is_said_once_every_partition_held_holds_and_the_next_run_completes(
+def _held(url):
+    """occurrence_quality's state rows and an md5 of its rows."""
+    with psycopg.connect(url) as conn:
+        keys = conn.execute(
+            "SELECT partition_key, job_key FROM target_state WHERE target = 'occurrence_quality' ORDER BY 1"
+        ).fetchall()
+        return keys, rows_md5(conn, "occurrence_quality")
+
+
+def test_a_full_database_disk_is_said_once_and_every_target_keeps_the_snapshot_it_held(
     dagster_storage_url, postgres_instance, tmp_path, warehouse_on_a_small_disk
 ):
     url, mount_point = warehouse_on_a_small_disk
+    registry = tmp_path / "species.csv"
+    lines = packaged_registry_path().read_text(encoding="utf-8").splitlines()
+    registry.write_text("\n".join(lines[:7]) + "\n", encoding="utf-8")
+    env = {"SURVEILLANCE_SPECIES_FILE": str(registry)}
     data_dir = tmp_path / "data"
-    failed = _make_run(tmp_path, dagster_storage_url, url, data_dir, {})
+    first = _make_run(tmp_path, dagster_storage_url, url, data_dir, env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _held(url)
+    assert len(before[0]) == 6
+    # The disk fills (another file takes all but 64 kB of it); a threshold change reloads every species'
+    # flags, and each load needs new pages.
+    free = shutil.disk_usage(mount_point).free
+    with (mount_point / "filler").open("wb") as filler:
+        os.posix_fallocate(filler.fileno(), 0, free - 64 * 1024)
+    quality_file = tmp_path / "quality.yaml"
+    quality_file.write_text("old_before_year: 1950\n", encoding="utf-8")
+    env["SURVEILLANCE_QUALITY_FILE"] = str(quality_file)
+    failed = _make_run(tmp_path, dagster_storage_url, url, data_dir, env)
     assert failed.returncode != 0, failed.stdout + failed.stderr
     said = [line for line in failed.stderr.splitlines() if line.startswith("make run: ")]
     full = [line for line in said if "could not extend file" in line]
     assert len(full) == 1 and full[0].startswith("make run: PostgreSQL's disk is full"), failed.stderr
-    assert "Traceback" not in failed.stderr
-    # What the failed run left is whole: every partition a load committed holds the snapshot it recorded.
+    assert "failed: occurrence_quality (" in full[0] and "Traceback" not in failed.stderr, full
+    # Every species' flags are the snapshot they were, under the key they had; every partition holds.
+    assert _held(url) == before
     verified = _verify(url)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    with psycopg.connect(url) as conn:
-        held = conn.execute("SELECT count(*) FROM target_state WHERE target = 'occurrences'").fetchone()
-    # The disk filled in the middle of occurrences: some species loaded, the others kept nothing.
-    assert held is not None and 0 < held[0] < 71, (held, full)
-    # Grown, the next run completes: every partition loaded, every one holding.
-    subprocess.run(["mount", "-o", "remount,size=512m", str(mount_point)], check=True)  # noqa: S607
-    again = _make_run(tmp_path, dagster_storage_url, url, data_dir, {})
+    # With room again, the next run loads the new flags.
+    (mount_point / "filler").unlink()
+    again = _make_run(tmp_path, dagster_storage_url, url, data_dir, env)
     assert again.returncode == 0, again.stdout + again.stderr
-    with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT count(*) FROM occurrences").fetchone() == (26391,)
+    after = _held(url)
+    assert [slug for slug, _ in after[0]] == [slug for slug, _ in before[0]]
+    assert not {key for _, key in after[0]} & {key for _, key in before[0]}
     assert _verify(url).returncode == 0
 
 
