@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import subprocess  # noqa: S404  # this module's own runs, side by side
 import sys
 import time
@@ -38,7 +37,6 @@ from surveillance_pipeline.commands.species_weights import (
     weigh_species,
 )
 from surveillance_pipeline.core.day_files import is_day_file_name
-from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.settings import (
     CODE_LOCATION_ATTRIBUTE,
     CODE_LOCATION_MODULE,
@@ -55,7 +53,6 @@ from surveillance_pipeline.ledger.feed import ASSET as FEED_ASSET
 from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED
 from surveillance_pipeline.orchestration.compute_logs import terminal_at_level
 from surveillance_pipeline.orchestration.dagster_internals import (
-    SerializableErrorInfo,
     execute_in_code_location,
     job_op_names,
 )
@@ -63,6 +60,7 @@ from surveillance_pipeline.orchestration.distributed import (
     partition_writers,
     side_by_side_ranges,
 )
+from surveillance_pipeline.orchestration.error_words import one_line, raised_by_the_step, worker_step_failures
 from surveillance_pipeline.orchestration.jobs import (
     BATCH_DAYS_JOB,
     OBSERVE_SOURCES_JOB,
@@ -91,14 +89,6 @@ CHILD_POLL_SECONDS = 0.1
 # What make run's terminal shows of its runs' console logs (their compute logs keep every level).
 TERMINAL_LEVEL = "WARNING"
 # Errors whose text was written for the user (it names the file, line and field): shown without a class.
-# Errors whose message was written for the user: printed without their class. dagster.Failure is how a
-# resource or a step refuses on purpose (a worker whose settings differ, say).
-USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__, "Failure"})
-# How Python (and Dagster's error rendering) introduces an exception's cause.
-CAUSE_MARKERS = (
-    "The above exception was caused by the following exception:",
-    "The above exception occurred during handling of the following exception:",
-)
 
 
 def prepare_lab_inputs(root: Path) -> None:
@@ -519,58 +509,6 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
     return lines
 
 
-def _raised_by_the_step(error: SerializableErrorInfo) -> SerializableErrorInfo:
-    """The exception the step's own code raised, out of the Dagster errors that wrap it.
-
-    Stops at the first error that is not Dagster's: the one the code chose to raise, whose message was
-    written for the user, not whatever lower-level error it was raised while handling.
-    """
-    while (error.cls_name or "").startswith("Dagster"):
-        inner = error.cause or error.context
-        if inner is None:
-            break
-        error = inner
-    return error
-
-
-def _one_line(error: SerializableErrorInfo) -> str:
-    """The exception's own message on one line (it must stay the last line printed); prefixed with its
-    class unless the message was written for the user, since a bare KeyError's text is just the key."""
-    message = " ".join(line.strip() for line in error.message.splitlines() if line.strip())
-    # Python's "module.Class: text", or just "module.Class" when the text is empty.
-    qualified_class, _, own = message.partition(": ")
-    cls_name = error.cls_name or ""
-    if not cls_name or qualified_class.rsplit(".", 1)[-1] != cls_name:
-        return message
-    if cls_name in USER_FACING_ERRORS and own:
-        return own
-    return f"{cls_name}: {own}" if own else cls_name
-
-
-def _subprocess_failures(error: SerializableErrorInfo) -> list[tuple[str, str]] | None:
-    """(step, its own error) for each step in a DagsterSubprocessError's text, which is how the Celery
-    executor reports steps that failed on a worker before they could report it themselves (a resource
-    that refused): "[step]: <error, its stack and its causes>". The step's own error is the innermost
-    cause, up to its stack trace. None for any other error."""
-    if error.cls_name != "DagsterSubprocessError":
-        return None
-    found = []
-    for part in re.split(r"^\[(?=[^\]\n]+\]: )", error.message, flags=re.MULTILINE)[1:]:
-        step, _, text = part.partition("]: ")
-        for marker in CAUSE_MARKERS:
-            text = text.rsplit(marker, 1)[-1]
-        own = text.split("Stack Trace:", 1)[0]
-        cause = SerializableErrorInfo(message=own.strip(), stack=[], cls_name=_class_of(own))
-        found.append((step, _one_line(cause)))
-    return found or None
-
-
-def _class_of(text: str) -> str | None:
-    """The class name of a rendered exception ("module.Class: message")."""
-    head = text.strip().split(": ", 1)[0]
-    return head.rsplit(".", 1)[-1] if head and " " not in head else None
-
-
 def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
     """One line per failed partition or step of the runs, naming it and the error its code raised; for a
     run that failed outside its steps (its executor, say), the run's own error."""
@@ -586,7 +524,7 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
                 lines += [f"{step} partition {key} failed: {why}" for key, why in by_partition[step].items()]
                 continue
             data = entry.dagster_event.step_failure_data if entry.dagster_event else None
-            text = _one_line(_raised_by_the_step(data.error)) if data and data.error else entry.message
+            text = one_line(raised_by_the_step(data.error)) if data and data.error else entry.message
             lines.append(f"{step} failed: {text}")
         if step_failures:
             continue
@@ -598,11 +536,17 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
                 if entry.dagster_event
                 else None
             )
-            per_step = _subprocess_failures(error) if error else None
+            # dagster-celery's DagsterSubprocessError, as it is or as the cause of the failure our
+            # executor raises in its place (distributed.py): one line per step, in the step's words.
+            per_step = None
+            if error is not None:
+                per_step = worker_step_failures(error) or (
+                    worker_step_failures(error.cause) if error.cause else None
+                )
             if per_step:
                 lines += [f"{step} failed: {text}" for step, text in per_step]
                 continue
-            text = _one_line(_raised_by_the_step(error)) if error else entry.message
+            text = one_line(raised_by_the_step(error)) if error else entry.message
             lines.append(f"{run.job_name if run else run_id[:8]} run failed: {text}")
     return lines
 

@@ -43,7 +43,11 @@ from surveillance_pipeline.core.settings import (
     positive_int,
 )
 from surveillance_pipeline.orchestration import run_settings
-from surveillance_pipeline.orchestration.dagster_internals import set_celery_step_poll_seconds
+from surveillance_pipeline.orchestration.dagster_internals import (
+    SerializableErrorInfo,
+    set_celery_step_poll_seconds,
+)
+from surveillance_pipeline.orchestration.error_words import worker_step_failures
 from surveillance_pipeline.orchestration.run_health import claim_run_process
 
 # Celery's queue for our steps (dagster-celery's default queue).
@@ -212,7 +216,7 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
             claim_run_process(
                 plan_context.instance, plan_context.dagster_run, plan_context.log, stop_promptly=False
             )
-            return _naming_a_lost_broker(super().execute(plan_context, execution_plan))
+            return _in_its_own_words(super().execute(plan_context, execution_plan))
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         # Set before the run's loop starts (it reads the value at each pause).
@@ -233,23 +237,33 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
     )
 
 
-def _naming_a_lost_broker(events: Iterator[Any]) -> Iterator[Any]:
-    """The run's events, and when Redis stops answering mid-run, a failure that says so.
+def _in_its_own_words(events: Iterator[Any]) -> Iterator[Any]:
+    """The run's events; and when the run fails for a reason of the executor's, a failure that says it in
+    words the user can act on, with the original error as its cause (shown below it in the UI).
 
-    dagster-celery's loop asks Redis, many times a second, whether each step sent is done. Stopped for a
-    few seconds, Redis fails every run in flight with Celery's own words, "Retry limit exceeded while
-    trying to reconnect to the Celery result store backend. The Celery application must be restarted.",
-    which names neither Redis nor what the user should do (measured 2026-12-06: the three runs of a
-    backfill failed 3 to 27 s after Redis stopped). The run still fails (its steps' results went with the
-    broker); this says why, where, and that running again is safe.
+    - **Redis stopped answering.** dagster-celery's loop asks Redis, many times a second, whether each
+      step sent is done; stopped for a few seconds, Redis fails every run in flight with Celery's
+      "Retry limit exceeded while trying to reconnect to the Celery result store backend. The Celery
+      application must be restarted.", which names neither Redis nor what to do (measured 2026-12-06: the
+      three runs of a backfill failed 3 to 27 s after Redis stopped).
+    - **A step failed on a worker before it could report it** (a worker's resources refusing the run's
+      settings): dagster-celery fails the run with "DagsterSubprocessError: During celery execution errors
+      occurred in workers: [step]: <the worker's error, its stack and its causes>", where the reason is
+      the innermost cause, pages down. The failure names each step and that reason.
     """
     try:
         yield from events
     except Exception as error:
         cause = broker_failure(error)
-        if cause is None:
-            raise
-        raise dg.Failure(description=broker_lost_message(cause)) from error
+        if cause is not None:
+            raise dg.Failure(description=broker_lost_message(cause)) from error
+        if type(error).__name__ == "DagsterSubprocessError":
+            rendered = SerializableErrorInfo(message=str(error), stack=[], cls_name=type(error).__name__)
+            steps = worker_step_failures(rendered)
+            if steps:
+                said = "; ".join(f"step {step} failed on a worker: {text}" for step, text in steps)
+                raise dg.Failure(description=said) from error
+        raise
 
 
 def broker_failure(error: BaseException) -> BaseException | None:

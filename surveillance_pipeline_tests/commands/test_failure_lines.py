@@ -1,7 +1,11 @@
-"""make run's line for a step that a worker refused: the refusal's own words, not the executor's wrapper."""
+"""make run's line, and a run's failure, for a step that a worker refused or a broker that stopped: the
+refusal's own words, or the broker's place, not the executor's wrapper."""
 
-from surveillance_pipeline.commands.run import _one_line, _subprocess_failures
+import dagster as dg
+import pytest
+
 from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
+from surveillance_pipeline.orchestration.error_words import one_line, worker_step_failures
 
 REFUSAL = (
     "this worker's settings differ from run 5c1f's, so the step would write something else; start the worker "
@@ -32,15 +36,47 @@ def test_a_step_a_worker_refused_is_named_with_the_refusals_own_words():
         cls_name="DagsterSubprocessError",
     )
     assert "Stack Trace" in wrapped.message and "resource_fn" in wrapped.message
-    assert _subprocess_failures(wrapped) == [
+    assert worker_step_failures(wrapped) == [
         ("gbif_downloads", " ".join(line.strip() for line in REFUSAL.splitlines()))
     ]
 
 
+class DagsterSubprocessError(Exception):
+    """Named as dagster-celery's: the executor recognizes it by name."""
+
+
+def test_a_run_that_fails_for_a_worker_refusal_says_the_refusal_not_the_wrapper():
+    from surveillance_pipeline.orchestration.distributed import _in_its_own_words
+
+    wrapper = (
+        f"During celery execution errors occurred in workers:\n[gbif_downloads]: {WORKER_ERROR.to_string()}"
+    )
+
+    def run_events():
+        yield "an event"
+        raise DagsterSubprocessError(wrapper)
+
+    events = _in_its_own_words(run_events())
+    assert next(events) == "an event"
+    with pytest.raises(dg.Failure) as failed:
+        next(events)
+    flat = " ".join(line.strip() for line in REFUSAL.splitlines())
+    assert failed.value.description == f"step gbif_downloads failed on a worker: {flat}"
+    assert isinstance(failed.value.__cause__, DagsterSubprocessError)
+    # Any other error of the executor is left as it is.
+    with pytest.raises(KeyError):
+        next(_in_its_own_words(iter_raising(KeyError("x"))))
+
+
+def iter_raising(error):
+    raise error
+    yield  # a generator
+
+
 def test_any_other_error_is_left_to_the_usual_line():
     other = SerializableErrorInfo(message="builtins.KeyError: 'x'\n", stack=[], cls_name="KeyError")
-    assert _subprocess_failures(other) is None
-    assert _one_line(other) == "KeyError: 'x'"
+    assert worker_step_failures(other) is None
+    assert one_line(other) == "KeyError: 'x'"
 
 
 def test_a_full_disk_is_said_once_per_disk_and_other_failures_stay(tmp_path):
