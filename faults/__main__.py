@@ -2,7 +2,7 @@
 
     python -m faults [--kills 20] [--restarts 10] [--terminates 6]
                                                 [--concurrency 2,3,4] [--dagster-kills 3]
-                                                [--daemon-kills 2] [--warehouses 1]
+                                                [--daemon-kills 2] [--warehouses 1] [--broker-stops 1]
 
 Kills, dropped connections and overlapping runs use a scratch database on the project's server; the
 restarts use a private throwaway cluster (cluster.py), so no other user of the server is disturbed.
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from surveillance_pipeline.core.fault_points import FAULT_POINTS
 from surveillance_pipeline_tests.conftest import scratch_database
+from surveillance_pipeline_tests.support.faults.broker import broker_stopped_trial
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.faults.dagster_runs import (
     killed_cli_run_trial,
@@ -124,13 +125,17 @@ def run_pools(bench: Bench, counts: list[int], server_url: str) -> list[Tally]:
     return tallies
 
 
-def run_dagster_rows(bench: Bench, server_url: str, cli: int, daemon: int, warehouses: int) -> list[Tally]:
-    """Kills of runs Dagster started (CLI and daemon) holding a pool slot, and two warehouses apart."""
+def run_dagster_rows(
+    bench: Bench, server_url: str, cli: int, daemon: int, warehouses: int, broker_stops: int
+) -> list[Tally]:
+    """Kills of runs Dagster started (CLI and daemon) holding a pool slot, two warehouses apart, and Redis
+    stopped under a distributed run."""
     rows = [
         (Tally("SIGKILL of a CLI run holding its pool slot"), killed_cli_run_trial, cli),
         (Tally("SIGKILL of a daemon-launched run (dagster dev)"), killed_daemon_run_trial, daemon),
         (Tally("SIGTERM to a CLI run waiting for its pool slot"), waiting_run_stopped_trial, cli),
         (Tally("two warehouses on one server, a delivery to one"), two_warehouses_trial, warehouses),
+        (Tally("Redis stopped mid distributed run, started again empty"), broker_stopped_trial, broker_stops),
     ]
     tallies = []
     for tally, trial, count in rows:
@@ -153,6 +158,7 @@ def main() -> int:
     parser.add_argument("--dagster-kills", type=int, default=3, help="CLI runs killed holding a pool slot")
     parser.add_argument("--daemon-kills", type=int, default=2, help="daemon runs killed under dagster dev")
     parser.add_argument("--warehouses", type=int, default=1, help="two-warehouse trials")
+    parser.add_argument("--broker-stops", type=int, default=1, help="Redis stopped mid distributed run")
     arguments = parser.parse_args()
     counts = [int(n) for n in arguments.concurrency.split(",") if n.strip()]
     pool_counts = [int(n) for n in arguments.pools.split(",") if n.strip()]
@@ -176,7 +182,12 @@ def main() -> int:
             tallies += run_concurrency(bench, counts)
             tallies += run_pools(bench, pool_counts, server_url) if pool_counts else []
             tallies += run_dagster_rows(
-                bench, server_url, arguments.dagster_kills, arguments.daemon_kills, arguments.warehouses
+                bench,
+                server_url,
+                arguments.dagster_kills,
+                arguments.daemon_kills,
+                arguments.warehouses,
+                arguments.broker_stops,
             )
         if arguments.restarts:
             cluster = PrivateCluster()

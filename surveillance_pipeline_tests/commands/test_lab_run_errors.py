@@ -153,9 +153,10 @@ def warehouse_on_a_small_disk():
             conn.execute("ALTER DATABASE warehouse SET default_tablespace = small_disk")
         yield cluster.url, mount_point
     finally:
-        cluster.destroy()
+        # Unmounted before the cluster's folder is removed, which holds the mount point.
         if mounted:
             subprocess.run(["umount", "--lazy", str(mount_point)], check=True)  # noqa: S607
+        cluster.destroy()
 
 
 def _held(url):

@@ -11,10 +11,7 @@ stays short), split into runs of PER_RUN species. Then:
 - a worker SIGKILLed in the middle of a backfill, inside a load's transaction, loses nothing: every
   partition is loaded once (its step, redelivered to the other worker, skips what the dead worker had
   committed) or reported failed and loaded by a retry, and the outputs again equal the single-process
-  run's;
-- Redis stopped while a worker is inside a load, and started again empty: the run fails naming Redis, the
-  worker commits its load, and the same partitions launched again load once each, with the outputs again
-  the single-process run's.
+  run's.
 """
 
 from __future__ import annotations
@@ -22,26 +19,27 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import datetime
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from surveillance_pipeline.core.settings import DATA_DIR_VARIABLE
-from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline.orchestration import run_settings
-from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
-from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
 from surveillance_pipeline.orchestration.run_health import PROCESS_TAG, RunProcess
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.support.celery_workers import workers_running
-from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.support.dagster_dev import DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.support.distributed_runs import (
+    SPECIES_ASSETS,
+    make_run_in_one_process,
+    outputs_fingerprint,
+    species_provenance,
+    table_assets,
+)
 from surveillance_pipeline_tests.support.faults.points import (
     BEFORE_COMMIT,
     BLOCK,
@@ -50,8 +48,6 @@ from surveillance_pipeline_tests.support.faults.points import (
     FAULT_POINT_VARIABLE,
     FAULT_SIGNAL_VARIABLE,
 )
-from surveillance_pipeline_tests.support.file_digests import file_hashes
-from surveillance_pipeline_tests.support.pipeline import rows_md5
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster, pytest.mark.distributed]
@@ -61,7 +57,6 @@ PER_RUN = 4
 # A dead worker's step must run again on a live worker within this many seconds of the death (the default
 # SURVEILLANCE_STEP_VISIBILITY_TIMEOUT of 30 s, plus a scan, plus the hop).
 HANDOVER_LIMIT = 60
-SPECIES_ASSETS = sorted(defs.resolve_job_def(SPECIES_ASSETS_JOB).graph.node_dict)
 PARTITION_STATUS = """
 query Status($key: AssetKeyInput!) {
   assetNodeOrError(assetKey: $key) {
@@ -78,54 +73,7 @@ query Latest($key: AssetKeyInput!, $partitions: [String!]) {
     }
   }
 }"""
-# Celery's line for a task that ended: "[2026-12-06 13:14:03,522: INFO/MainProcess] Task
-# execute_plan[14be…] succeeded in 61.2s: […]" (or "raised").
-TASK_ENDED = r"^\[[^]]+\] Task \S+\[[\w-]+\] (succeeded|raised)"
-RUN_FAILURE = """
-query Failure($id: ID!) {
-  runOrError(runId: $id) {
-    ... on Run { eventConnection { events { __typename ... on RunFailureEvent { error { message } } } } }
-  }
-}"""
 RUN_TAGS = "query Tags($id: ID!) { runOrError(runId: $id) { ... on Run { tags { key value } } } }"
-
-
-def _declared() -> dict[str, DeclaredOutputs]:
-    """Each species asset's declared tables and data folders."""
-    found = {}
-    for name in SPECIES_ASSETS:
-        assets_def = defs.resolve_assets_def(name)
-        outputs = declared_outputs(assets_def.metadata_by_key[assets_def.key])
-        assert outputs is not None, name
-        found[name] = outputs
-    return found
-
-
-def _table_assets() -> list[str]:
-    """The species assets that keep a table under job keys (their state rows are what step 4 forgets)."""
-    return [name for name, outputs in _declared().items() if outputs.tables]
-
-
-def _fingerprint(warehouse: str, data: Path) -> dict[str, object]:
-    declared = _declared().values()
-    # The ledger a species asset appends to is compared by what it holds for the partitions, not here.
-    tables = sorted({t for outputs in declared for t in outputs.tables} - {"geocode_calls"})
-    folders = sorted({folder for outputs in declared for folder in outputs.folders})
-    with psycopg.connect(warehouse, autocommit=True) as conn:
-        rows = {table: rows_md5(conn, table) for table in tables}
-    files = {folder: file_hashes(data / folder) for folder in folders}
-    return {"tables": rows, "files": files}
-
-
-def _provenance(warehouse: str, run_ids: list[str]) -> list[tuple[str, str, str, str]]:
-    """(asset, partition, action, worker) of the species assets' partitions, in the order written (regions,
-    which region_assignment loads in each run, is left out)."""
-    with psycopg.connect(warehouse) as conn:
-        return conn.execute(
-            "SELECT asset, partition_key, action, worker FROM provenance"
-            " WHERE run_id = ANY(%s) AND asset = ANY(%s) ORDER BY id",
-            [run_ids, SPECIES_ASSETS],
-        ).fetchall()
 
 
 def _species_run_ids(warehouse: str) -> list[str]:
@@ -145,19 +93,6 @@ def _run_tags(server: DagsterDev, run_id: str) -> dict[str, str]:
     with psycopg.connect(server.storage_url, autocommit=True) as conn:
         rows = conn.execute("SELECT key, value FROM run_tags WHERE run_id = %s", [run_id]).fetchall()
     return {str(key): str(value) for key, value in rows}
-
-
-def _make_run(env: dict[str, str]) -> None:
-    """make run's own command, in one process (the local profile), on the same registry."""
-    completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -187,8 +122,8 @@ def cluster(server_url, tmp_path_factory):
             "SURVEILLANCE_DATABASE_URL": reference_warehouse,
             "SURVEILLANCE_DATA_DIR": str(root / "single_data"),
         }
-        _make_run(single)
-        reference = _fingerprint(reference_warehouse, root / "single_data")
+        make_run_in_one_process(single)
+        reference = outputs_fingerprint(reference_warehouse, root / "single_data")
 
         distributed = {
             **common,
@@ -202,7 +137,7 @@ def cluster(server_url, tmp_path_factory):
         server.start()
         try:
             with workers_running(server.env, root, ["worker1", "worker2"]) as workers:
-                yield server, workers, warehouse, data, species, reference, root, redis
+                yield server, workers, warehouse, data, species, reference, root
         finally:
             assert server.stop(), "a process of dagster dev's group was left behind"
 
@@ -214,7 +149,7 @@ def _one_backfill_loads_every_partition_once_on_both_workers(
     status, run_ids = server.wait_backfill(server.launch_backfill(SPECIES_ASSETS, species), timeout=900)
     assert status == "COMPLETED_SUCCESS"
     assert len(run_ids) >= SPECIES_COUNT // PER_RUN
-    rows = _provenance(warehouse, run_ids)
+    rows = species_provenance(warehouse, run_ids)
     assert Counter((asset, slug) for asset, slug, _, _ in rows) == Counter(every)
     assert {action for _, _, action, _ in rows} == {"loaded"}
     # Only the workers executed steps, and both of them did.
@@ -257,7 +192,7 @@ def _dagster_shows_every_partition_materialized(server, warehouse, species):
 def _a_second_backfill_skips_everything(server, warehouse, species, every):
     status, again = server.wait_backfill(server.launch_backfill(SPECIES_ASSETS, species), timeout=900)
     assert status == "COMPLETED_SUCCESS"
-    assert {(asset, slug, action) for asset, slug, action, _ in _provenance(warehouse, again)} == {
+    assert {(asset, slug, action) for asset, slug, action, _ in species_provenance(warehouse, again)} == {
         (asset, slug, "skipped") for asset, slug in every
     }
 
@@ -267,10 +202,10 @@ def _make_run_spreads_species_over_the_workers(server, workers, warehouse, every
     PER_RUN species), which run side by side on the workers (each skips everything here)."""
     with psycopg.connect(warehouse) as conn:
         seen = {row[0] for row in conn.execute("SELECT DISTINCT run_id FROM provenance")}
-    _make_run(server.env)
+    make_run_in_one_process(server.env)
     with psycopg.connect(warehouse) as conn:
         made = [row[0] for row in conn.execute("SELECT DISTINCT run_id FROM provenance")]
-    rows = _provenance(warehouse, [run_id for run_id in made if run_id not in seen])
+    rows = species_provenance(warehouse, [run_id for run_id in made if run_id not in seen])
     assert {(asset, slug, action) for asset, slug, action, _ in rows} == {
         (asset, slug, "skipped") for asset, slug in every
     }
@@ -321,7 +256,7 @@ def _kill_a_worker_inside_a_load(server, workers, warehouse, species, root):
 
 def _every_table_partition_loaded_once(server, warehouse, species, every, status, killed_runs):
     """Across the backfill after the kill and a retry of what it reported failed."""
-    rows = _provenance(warehouse, killed_runs)
+    rows = species_provenance(warehouse, killed_runs)
     loaded = Counter((asset, slug) for asset, slug, action, _ in rows if action == "loaded")
     # The tables load again; what lives in files skips (their state is the file itself).
     missing = sorted(every - {(asset, slug) for asset, slug, _, _ in rows})
@@ -330,65 +265,25 @@ def _every_table_partition_loaded_once(server, warehouse, species, every, status
         assert status != "COMPLETED_SUCCESS", missing
         retry = server.launch_backfill(sorted({a for a, _ in missing}), sorted({s for _, s in missing}))
         assert server.wait_backfill(retry, timeout=900)[0] == "COMPLETED_SUCCESS"
-        retried = _provenance(warehouse, [run["runId"] for run in server.backfill_runs(retry)])
+        retried = species_provenance(warehouse, [run["runId"] for run in server.backfill_runs(retry)])
         assert set(missing) <= {(a, s) for a, s, _, _ in retried}
         loaded.update((a, s) for a, s, action, _ in retried if action == "loaded")
         assert max(loaded.values()) == 1, "a partition was loaded twice"
     # Every table partition loaded exactly once, across the backfill and any retry.
-    assert loaded == Counter({(asset, slug) for asset in _table_assets() for slug in species})
-
-
-def _stop_the_broker_inside_a_load(server, workers, warehouse, species, root, redis):
-    """worker4 alone (worker1 stopped), its first load held just before COMMIT; Redis is stopped, and
-    started again (empty: it persists nothing) once the run has ended; then worker4 commits. The run fails
-    naming the broker, and the same partitions launched again load. Returns the runs of both backfills."""
-    workers.stop("worker1")
-    signal_file = root / "worker4.signal"
-    blocked = {
-        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
-        FAULT_ACTION_VARIABLE: BLOCK,
-        FAULT_SIGNAL_VARIABLE: str(signal_file),
-        FAULT_ONCE_VARIABLE: "1",
-    }
-    workers.start("worker4", blocked)
-    with psycopg.connect(warehouse, autocommit=True) as conn:
-        conn.execute("DELETE FROM target_state WHERE partition_key = ANY(%s)", (species,))
-    backfill = server.launch_backfill(SPECIES_ASSETS, species)
-    deadline = time.monotonic() + 300
-    while not signal_file.exists():
-        assert time.monotonic() < deadline, "worker4 never reached a load's COMMIT"
-        time.sleep(0.2)
-    redis.stop()
-    status, lost_runs = server.wait_backfill(backfill, timeout=300)
-    redis.start()
-    ended = len(re.findall(TASK_ENDED, workers.log("worker4"), re.M))
-    Path(f"{signal_file}.release").touch()
-    assert status != "COMPLETED_SUCCESS"
-    for run_id in lost_runs:
-        events = server.graphql(RUN_FAILURE, {"id": run_id})["runOrError"]["eventConnection"]["events"]
-        failures = [event["error"]["message"] for event in events if event["__typename"] == "RunFailureEvent"]
-        assert len(failures) == 1, (run_id, events)
-        assert f"Redis at 127.0.0.1:{redis.port} (REDIS_URL), stopped answering" in failures[0], failures
-    # worker4, released, commits its load; it reconnects to the new Redis on its own.
-    while len(re.findall(TASK_ENDED, workers.log("worker4"), re.M)) == ended:
-        assert time.monotonic() < deadline + 300, workers.log("worker4")[-3000:]
-        time.sleep(0.5)
-    retry = server.launch_backfill(SPECIES_ASSETS, species)
-    assert server.wait_backfill(retry, timeout=900)[0] == "COMPLETED_SUCCESS"
-    return lost_runs + [run["runId"] for run in server.backfill_runs(retry)]
+    assert loaded == Counter({(asset, slug) for asset in table_assets() for slug in species})
 
 
 def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(cluster):
     """One cluster session in four steps, each building on the state the one before left (starting the
     cluster and make run's reference take minutes, so the steps share it rather than each starting one)."""
-    server, workers, warehouse, data, species, reference, root, redis = cluster
+    server, workers, warehouse, data, species, reference, root = cluster
     every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
 
     # 1. Every partition loaded once, by both workers; Dagster shows them all.
     _one_backfill_loads_every_partition_once_on_both_workers(server, workers, warehouse, data, species, every)
     _dagster_shows_every_partition_materialized(server, warehouse, species)
     # 2. The same rows and bytes as make run in one process.
-    assert _fingerprint(warehouse, data) == reference
+    assert outputs_fingerprint(warehouse, data) == reference
     # 3. Again: everything skips, whether a backfill or make run (split as a backfill) asks.
     _a_second_backfill_skips_everything(server, warehouse, species, every)
     _make_run_spreads_species_over_the_workers(server, workers, warehouse, every)
@@ -396,11 +291,4 @@ def test_species_backfills_spread_over_two_workers_and_survive_a_killed_worker(c
     status, killed_runs = _kill_a_worker_inside_a_load(server, workers, warehouse, species, root)
     _every_table_partition_loaded_once(server, warehouse, species, every, status, killed_runs)
     # No partition half-written: the outputs are the single-process run's again.
-    assert _fingerprint(warehouse, data) == reference
-    # 5. Redis stopped in the middle of a load, then started again, empty: the run fails naming it, and
-    # launched again, every table partition of its species is loaded once, with nothing half-written.
-    one_run = species[:PER_RUN]
-    runs = _stop_the_broker_inside_a_load(server, workers, warehouse, one_run, root, redis)
-    loaded = Counter((a, s) for a, s, action, _ in _provenance(warehouse, runs) if action == "loaded")
-    assert loaded == Counter({(asset, slug) for asset in _table_assets() for slug in one_run})
-    assert _fingerprint(warehouse, data) == reference
+    assert outputs_fingerprint(warehouse, data) == reference

@@ -1,0 +1,166 @@
+"""make faults' broker row: Redis stopped in the middle of a distributed run, then started again empty.
+
+Under the distributed profile (a real `dagster dev`, a private Redis, one Celery worker as `make workers`
+starts it, a registry of one species), a backfill of the species' assets runs until the worker's first
+load is held just before its COMMIT (the fault suite's hook). Redis is stopped. Once the run has failed,
+Redis is started again, empty (the private Redis persists nothing, the worst case), and the held load is
+let go. Then the same partitions are launched again. A trial counts as:
+
+- target intact: after the failure, every table partition the warehouse holds is the snapshot its state
+  row names (`make verify`'s check), and the run's failure names Redis at its port;
+- state consistent: across both backfills, no partition was loaded twice;
+- converged: the second backfill succeeded, every species asset's partition was loaded, and the tables
+  and files equal `make run`'s in one process on the same registry.
+
+About two minutes a trial; the test suite leaves it here (its distributed session takes minutes already).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from surveillance_pipeline.gbif.registry import packaged_registry_path
+from surveillance_pipeline_tests.conftest import scratch_database
+from surveillance_pipeline_tests.support.celery_workers import Workers, workers_running
+from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.support.distributed_runs import (
+    SPECIES_ASSETS,
+    TASK_ENDED,
+    make_run_in_one_process,
+    outputs_fingerprint,
+    run_failures,
+    species_provenance,
+)
+from surveillance_pipeline_tests.support.faults.harness import Bench, Tally
+from surveillance_pipeline_tests.support.faults.points import (
+    BEFORE_COMMIT,
+    BLOCK,
+    FAULT_ACTION_VARIABLE,
+    FAULT_ONCE_VARIABLE,
+    FAULT_POINT_VARIABLE,
+    FAULT_SIGNAL_VARIABLE,
+)
+from surveillance_pipeline_tests.support.redis_server import PrivateRedis
+
+# How long the held load, the failed run and the second backfill may each take.
+STEP_LIMIT = 300.0
+
+
+def _verify(warehouse: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603  # fixed argv, no shell
+        [sys.executable, "-m", "surveillance_pipeline.commands.verify"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "SURVEILLANCE_DATABASE_URL": warehouse},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: int) -> None:
+    root = bench.work / f"broker-{number}"
+    root.mkdir(parents=True)
+    registry = root / "species.csv"
+    lines = packaged_registry_path().read_text(encoding="utf-8").splitlines()
+    registry.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    species = [lines[1].split(",")[1]]
+    common = {"SURVEILLANCE_SPECIES_FILE": str(registry), "GBIF_SOURCE": "lab"}
+    with (
+        scratch_database(server_url, f"surveillance_broker_{number}") as warehouse,
+        scratch_database(server_url, f"dagster_broker_{number}") as storage,
+        scratch_database(server_url, f"surveillance_broker_single_{number}") as reference_warehouse,
+        scratch_database(server_url, f"dagster_broker_single_{number}") as reference_storage,
+        PrivateRedis(root / "redis") as redis,
+    ):
+        make_run_in_one_process(
+            {
+                **os.environ,
+                **common,
+                **project_dagster_home(root / "single_home", reference_storage),
+                "SURVEILLANCE_PROFILE": "local",
+                "SURVEILLANCE_DATABASE_URL": reference_warehouse,
+                "SURVEILLANCE_DATA_DIR": str(root / "single_data"),
+            }
+        )
+        reference = outputs_fingerprint(reference_warehouse, root / "single_data")
+        data = root / "data"
+        extra = {**common, "SURVEILLANCE_PROFILE": "distributed", "REDIS_URL": redis.url}
+        server = DagsterDev(root / "dagster_home", warehouse, storage, data, extra_env=extra)
+        server.start()
+        try:
+            with workers_running(server.env, root, []) as workers:
+                outcome = _stop_the_broker_inside_a_load(server, workers, warehouse, species, root, redis)
+        finally:
+            server.stop()
+        intact, consistent, converged, note = outcome
+        if converged:
+            converged = outputs_fingerprint(warehouse, data) == reference
+            if not converged:
+                note = "the outputs differ from make run's in one process"
+    tally.add(intact, consistent, converged, note)
+
+
+def _stop_the_broker_inside_a_load(
+    server: DagsterDev, workers: Workers, warehouse: str, species: list[str], root: Path, redis: PrivateRedis
+) -> tuple[bool, bool, bool, str]:
+    signal_file = root / "worker.signal"
+    held = {
+        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
+        FAULT_ACTION_VARIABLE: BLOCK,
+        FAULT_SIGNAL_VARIABLE: str(signal_file),
+        FAULT_ONCE_VARIABLE: "1",
+    }
+    workers.start("worker1", held)
+    backfill = server.launch_backfill(SPECIES_ASSETS, species)
+    deadline = time.monotonic() + STEP_LIMIT
+    while not signal_file.exists():
+        if time.monotonic() > deadline:
+            return False, False, False, "the worker never reached a load's COMMIT"
+        time.sleep(0.2)
+    redis.stop()
+    stopped = time.monotonic()
+    status, lost_runs = server.wait_backfill(backfill, timeout=STEP_LIMIT)
+    failed_after = time.monotonic() - stopped
+    redis.start()
+    log = workers.log("worker1")
+    ended = len(re.findall(TASK_ENDED, log, re.M))
+    Path(f"{signal_file}.release").touch()
+    said = [message for run_id in lost_runs for message in run_failures(server, run_id)]
+    named = (
+        status != "COMPLETED_SUCCESS"
+        and len(said) == len(lost_runs)
+        and all(f"Redis at 127.0.0.1:{redis.port} (REDIS_URL), stopped answering" in text for text in said)
+    )
+    # The held load commits, and the worker reconnects to the new Redis by itself.
+    while len(re.findall(TASK_ENDED, workers.log("worker1"), re.M)) == ended:
+        if time.monotonic() > deadline + STEP_LIMIT:
+            return False, False, False, "the held load never ended"
+        time.sleep(0.5)
+    verified = _verify(warehouse)
+    intact = named and verified.returncode == 0
+    retry = server.launch_backfill(SPECIES_ASSETS, species)
+    started = time.monotonic()
+    retry_status, retry_runs = server.wait_backfill(retry, timeout=STEP_LIMIT)
+    runs = lost_runs + retry_runs
+    loaded = Counter((a, s) for a, s, action, _ in species_provenance(warehouse, runs) if action == "loaded")
+    consistent = max(loaded.values(), default=0) == 1
+    # A fresh warehouse and data folder: every partition of every species asset loads, once.
+    every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
+    converged = retry_status == "COMPLETED_SUCCESS" and set(loaded) == every
+    note = (
+        f"run failed {failed_after:.0f} s after Redis stopped, naming it; launched again, done in "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    if not converged:
+        note = f"launched again: {retry_status}; not loaded: {sorted(every - set(loaded))}"
+    if not named:
+        note = f"the run's failure did not name Redis: {said or status}"
+    elif verified.returncode != 0:
+        note = f"make verify after the failure: {verified.stdout[-500:]}"
+    return intact, consistent, converged, note
