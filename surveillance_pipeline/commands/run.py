@@ -88,7 +88,6 @@ RUN_ID_LINE = "run id: "
 CHILD_POLL_SECONDS = 0.1
 # What make run's terminal shows of its runs' console logs (their compute logs keep every level).
 TERMINAL_LEVEL = "WARNING"
-# Errors whose text was written for the user (it names the file, line and field): shown without a class.
 
 
 def prepare_lab_inputs(root: Path) -> None:

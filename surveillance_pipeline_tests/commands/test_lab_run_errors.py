@@ -168,7 +168,7 @@ def _held(url):
         return keys, rows_md5(conn, "occurrence_quality")
 
 
-def test_a_full_database_disk_is_said_once_and_every_target_keeps_the_snapshot_it_held(
+def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_held(
     dagster_storage_url, postgres_instance, tmp_path, warehouse_on_a_small_disk
 ):
     url, mount_point = warehouse_on_a_small_disk
