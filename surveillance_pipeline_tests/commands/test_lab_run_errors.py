@@ -13,6 +13,7 @@ from psycopg import sql
 from surveillance_pipeline.commands.run import summarize
 from surveillance_pipeline.gbif.registry import packaged_registry_path, partition_keys
 from surveillance_pipeline.orchestration.partitions import species_partitions
+from surveillance_pipeline_tests.support.commands import verify_command
 from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, project_dagster_home
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
@@ -197,7 +198,7 @@ def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_
     assert "failed: occurrence_quality (" in full[0] and "Traceback" not in failed.stderr, full
     # Every species' flags are the snapshot they were, under the key they had; every partition holds.
     assert _held(url) == before
-    verified = _verify(url)
+    verified = verify_command(url)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     # With room again, the next run loads the new flags.
     (mount_point / "filler").unlink()
@@ -206,15 +207,4 @@ def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_
     after = _held(url)
     assert [slug for slug, _ in after[0]] == [slug for slug, _ in before[0]]
     assert not {key for _, key in after[0]} & {key for _, key in before[0]}
-    assert _verify(url).returncode == 0
-
-
-def _verify(url):
-    return subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.verify"],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "SURVEILLANCE_DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    assert verify_command(url).returncode == 0

@@ -40,14 +40,7 @@ from surveillance_pipeline_tests.support.distributed_runs import (
     species_provenance,
     table_assets,
 )
-from surveillance_pipeline_tests.support.faults.points import (
-    BEFORE_COMMIT,
-    BLOCK,
-    FAULT_ACTION_VARIABLE,
-    FAULT_ONCE_VARIABLE,
-    FAULT_POINT_VARIABLE,
-    FAULT_SIGNAL_VARIABLE,
-)
+from surveillance_pipeline_tests.support.faults.points import held_before_commit
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster, pytest.mark.distributed]
@@ -220,13 +213,7 @@ def _kill_a_worker_inside_a_load(server, workers, warehouse, species, root):
     Returns the backfill's status and runs."""
     workers.stop("worker2")
     signal_file = root / "worker3.signal"
-    blocked = {
-        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
-        FAULT_ACTION_VARIABLE: BLOCK,
-        FAULT_SIGNAL_VARIABLE: str(signal_file),
-        FAULT_ONCE_VARIABLE: "1",
-    }
-    workers.start("worker3", blocked)
+    workers.start("worker3", held_before_commit(signal_file))
     worker3 = next(host_pid for host_pid, name in workers.names().items() if name == "worker3")
     with psycopg.connect(warehouse, autocommit=True) as conn:
         # Forget what the species' table partitions hold, so each loads again. Only theirs: with the devil

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +26,8 @@ from pathlib import Path
 from surveillance_pipeline.gbif.registry import packaged_registry_path
 from surveillance_pipeline_tests.conftest import scratch_database
 from surveillance_pipeline_tests.support.celery_workers import Workers, workers_running
-from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev, project_dagster_home
+from surveillance_pipeline_tests.support.commands import verify_command
+from surveillance_pipeline_tests.support.dagster_dev import DagsterDev, project_dagster_home
 from surveillance_pipeline_tests.support.distributed_runs import (
     SPECIES_ASSETS,
     TASK_ENDED,
@@ -38,29 +37,11 @@ from surveillance_pipeline_tests.support.distributed_runs import (
     species_provenance,
 )
 from surveillance_pipeline_tests.support.faults.harness import Bench, Tally
-from surveillance_pipeline_tests.support.faults.points import (
-    BEFORE_COMMIT,
-    BLOCK,
-    FAULT_ACTION_VARIABLE,
-    FAULT_ONCE_VARIABLE,
-    FAULT_POINT_VARIABLE,
-    FAULT_SIGNAL_VARIABLE,
-)
+from surveillance_pipeline_tests.support.faults.points import held_before_commit
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 # How long the held load, the failed run and the second backfill may each take.
 STEP_LIMIT = 300.0
-
-
-def _verify(warehouse: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.verify"],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "SURVEILLANCE_DATABASE_URL": warehouse},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: int) -> None:
@@ -110,13 +91,7 @@ def _stop_the_broker_inside_a_load(
     server: DagsterDev, workers: Workers, warehouse: str, species: list[str], root: Path, redis: PrivateRedis
 ) -> tuple[bool, bool, bool, str]:
     signal_file = root / "worker.signal"
-    held = {
-        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
-        FAULT_ACTION_VARIABLE: BLOCK,
-        FAULT_SIGNAL_VARIABLE: str(signal_file),
-        FAULT_ONCE_VARIABLE: "1",
-    }
-    workers.start("worker1", held)
+    workers.start("worker1", held_before_commit(signal_file))
     backfill = server.launch_backfill(SPECIES_ASSETS, species)
     deadline = time.monotonic() + STEP_LIMIT
     while not signal_file.exists():
@@ -142,7 +117,7 @@ def _stop_the_broker_inside_a_load(
         if time.monotonic() > deadline + STEP_LIMIT:
             return False, False, False, "the held load never ended"
         time.sleep(0.5)
-    verified = _verify(warehouse)
+    verified = verify_command(warehouse)
     intact = named and verified.returncode == 0
     retry = server.launch_backfill(SPECIES_ASSETS, species)
     started = time.monotonic()

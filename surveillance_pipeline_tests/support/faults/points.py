@@ -58,3 +58,14 @@ def fire(name: str, conn: psycopg.Connection | None = None) -> None:
             time.sleep(0.02)
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def held_before_commit(signal_path: Path) -> dict[str, str]:
+    """The environment that holds a loader's first load just before its COMMIT, once: it reports in
+    ``signal_path`` and waits for ``<signal_path>.release`` (a worker started with it, say)."""
+    return {
+        FAULT_POINT_VARIABLE: BEFORE_COMMIT,
+        FAULT_ACTION_VARIABLE: BLOCK,
+        FAULT_SIGNAL_VARIABLE: str(signal_path),
+        FAULT_ONCE_VARIABLE: "1",
+    }
