@@ -535,13 +535,7 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
                 if entry.dagster_event
                 else None
             )
-            # dagster-celery's DagsterSubprocessError, as it is or as the cause of the failure our
-            # executor raises in its place (distributed.py): one line per step, in the step's words.
-            per_step = None
-            if error is not None:
-                per_step = worker_step_failures(error) or (
-                    worker_step_failures(error.cause) if error.cause else None
-                )
+            per_step = worker_step_failures(error) if error else None
             if per_step:
                 lines += [f"{step} failed: {text}" for step, text in per_step]
                 continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,7 +47,7 @@ from surveillance_pipeline.orchestration.dagster_internals import (
     SerializableErrorInfo,
     set_celery_step_poll_seconds,
 )
-from surveillance_pipeline.orchestration.error_words import worker_step_failures
+from surveillance_pipeline.orchestration.error_words import one_line, raised_by_the_step
 from surveillance_pipeline.orchestration.run_health import claim_run_process
 
 # Celery's queue for our steps (dagster-celery's default queue).
@@ -216,7 +216,9 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
             claim_run_process(
                 plan_context.instance, plan_context.dagster_run, plan_context.log, stop_promptly=False
             )
-            return _in_its_own_words(super().execute(plan_context, execution_plan))
+            return _in_its_own_words(
+                super().execute(plan_context, execution_plan), plan_context.instance, plan_context.run_id
+            )
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         # Set before the run's loop starts (it reads the value at each pause).
@@ -237,7 +239,7 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
     )
 
 
-def _in_its_own_words(events: Iterator[Any]) -> Iterator[Any]:
+def _in_its_own_words(events: Iterator[Any], instance: dg.DagsterInstance, run_id: str) -> Iterator[Any]:
     """The run's events; and when the run fails for a reason of the executor's, a failure that says it in
     words the user can act on, with the original error as its cause (shown below it in the UI).
 
@@ -248,8 +250,9 @@ def _in_its_own_words(events: Iterator[Any]) -> Iterator[Any]:
       three runs of a backfill failed 3 to 27 s after Redis stopped).
     - **A step failed on a worker before it could report it** (a worker's resources refusing the run's
       settings): dagster-celery fails the run with "DagsterSubprocessError: During celery execution errors
-      occurred in workers: [step]: <the worker's error, its stack and its causes>", where the reason is
-      the innermost cause, pages down. The failure names each step and that reason.
+      occurred in workers: [gbif_raw]: DagsterError: Error executing resource_fn on ResourceDefinition
+      paths", the reason lost on its way back through Celery (seen 2026-12-06). The worker stored it in the
+      run's event log (RESOURCE_INIT_FAILURE, or STEP_FAILURE), whence the failure takes it.
     """
     try:
         yield from events
@@ -258,12 +261,31 @@ def _in_its_own_words(events: Iterator[Any]) -> Iterator[Any]:
         if cause is not None:
             raise dg.Failure(description=broker_lost_message(cause)) from error
         if type(error).__name__ == "DagsterSubprocessError":
-            rendered = SerializableErrorInfo(message=str(error), stack=[], cls_name=type(error).__name__)
-            steps = worker_step_failures(rendered)
-            if steps:
-                said = "; ".join(f"step {step} failed on a worker: {text}" for step, text in steps)
+            records = instance.get_records_for_run(
+                run_id,
+                of_type={dg.DagsterEventType.RESOURCE_INIT_FAILURE, dg.DagsterEventType.STEP_FAILURE},
+            ).records
+            said = worker_failure_words(
+                (
+                    record.event_log_entry.step_key,
+                    getattr(record.event_log_entry.dagster_event.event_specific_data, "error", None),
+                )
+                for record in records
+                if record.event_log_entry.dagster_event is not None
+            )
+            if said:
                 raise dg.Failure(description=said) from error
         raise
+
+
+def worker_failure_words(failures: Iterable[tuple[str | None, SerializableErrorInfo | None]]) -> str | None:
+    """One line for the (step, error) pairs the workers stored: each step and the error its own code (or
+    its resources) raised; None when none carries an error."""
+    said = []
+    for step, error in failures:
+        if error is not None:
+            said.append(f"step {step or '?'} failed on a worker: {one_line(raised_by_the_step(error))}")
+    return "; ".join(dict.fromkeys(said)) or None
 
 
 def broker_failure(error: BaseException) -> BaseException | None:

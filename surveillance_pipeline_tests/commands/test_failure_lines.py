@@ -1,9 +1,6 @@
 """make run's line, and a run's failure, for a step that a worker refused or a broker that stopped: the
 refusal's own words, or the broker's place, not the executor's wrapper."""
 
-import dagster as dg
-import pytest
-
 from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
 from surveillance_pipeline.orchestration.error_words import one_line, worker_step_failures
 
@@ -41,36 +38,21 @@ def test_a_step_a_worker_refused_is_named_with_the_refusals_own_words():
     ]
 
 
-class DagsterSubprocessError(Exception):
-    """Named as dagster-celery's: the executor recognizes it by name."""
+def test_a_run_that_fails_for_a_worker_refusal_says_the_refusal_the_worker_stored():
+    """The refusal as the worker stored it in the run's event log (a resource init failure whose cause is the
+    Failure), not what came back through Celery ("DagsterError: Error executing resource_fn on
+    ResourceDefinition paths", seen 2026-12-06)."""
+    from surveillance_pipeline.orchestration.distributed import worker_failure_words
 
-
-def test_a_run_that_fails_for_a_worker_refusal_says_the_refusal_not_the_wrapper():
-    from surveillance_pipeline.orchestration.distributed import _in_its_own_words
-
-    wrapper = (
-        f"During celery execution errors occurred in workers:\n[gbif_downloads]: {WORKER_ERROR.to_string()}"
-    )
-
-    def run_events():
-        yield "an event"
-        raise DagsterSubprocessError(wrapper)
-
-    events = _in_its_own_words(run_events())
-    assert next(events) == "an event"
-    with pytest.raises(dg.Failure) as failed:
-        next(events)
     flat = " ".join(line.strip() for line in REFUSAL.splitlines())
-    assert failed.value.description == f"step gbif_downloads failed on a worker: {flat}"
-    assert isinstance(failed.value.__cause__, DagsterSubprocessError)
-    # Any other error of the executor is left as it is.
-    with pytest.raises(KeyError):
-        next(_in_its_own_words(iter_raising(KeyError("x"))))
-
-
-def iter_raising(error):
-    raise error
-    yield  # a generator
+    assert worker_failure_words([("gbif_raw", WORKER_ERROR), (None, None)]) == (
+        f"step gbif_raw failed on a worker: {flat}"
+    )
+    # The same refusal stored for two steps is said once per step; nothing stored, nothing said.
+    assert worker_failure_words([("gbif_raw", WORKER_ERROR), ("gbif_raw", WORKER_ERROR)]) == (
+        f"step gbif_raw failed on a worker: {flat}"
+    )
+    assert worker_failure_words([("gbif_raw", None)]) is None
 
 
 def test_any_other_error_is_left_to_the_usual_line():
