@@ -60,7 +60,7 @@ from surveillance_pipeline.orchestration.distributed import (
     partition_writers,
     side_by_side_ranges,
 )
-from surveillance_pipeline.orchestration.error_words import one_line, raised_by_the_step, worker_step_failures
+from surveillance_pipeline.orchestration.error_words import one_line, raised_by_the_step
 from surveillance_pipeline.orchestration.jobs import (
     BATCH_DAYS_JOB,
     OBSERVE_SOURCES_JOB,
@@ -535,10 +535,6 @@ def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
                 if entry.dagster_event
                 else None
             )
-            per_step = worker_step_failures(error) if error else None
-            if per_step:
-                lines += [f"{step} failed: {text}" for step, text in per_step]
-                continue
             text = one_line(raised_by_the_step(error)) if error else entry.message
             lines.append(f"{run.job_name if run else run_id[:8]} run failed: {text}")
     return lines

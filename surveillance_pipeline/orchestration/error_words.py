@@ -1,10 +1,8 @@
 """A failed step's or run's error in its own words, on one line: what make run prints and what a run's
-failure says, instead of the Dagster and Celery errors that wrap it. Dagster-free but for the error type.
-"""
+failure says (distributed.py), instead of the Dagster errors that wrap it. Dagster-free but for the error
+type."""
 
 from __future__ import annotations
-
-import re
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
@@ -12,11 +10,6 @@ from surveillance_pipeline.orchestration.dagster_internals import SerializableEr
 # Errors whose message was written for the user: printed without their class. dagster.Failure is how a
 # resource or a step refuses on purpose (a worker whose settings differ, say).
 USER_FACING_ERRORS = frozenset({InputError.__name__, StaleInputError.__name__, "Failure"})
-# How Python (and Dagster's error rendering) introduces an exception's cause.
-CAUSE_MARKERS = (
-    "The above exception was caused by the following exception:",
-    "The above exception occurred during handling of the following exception:",
-)
 
 
 def raised_by_the_step(error: SerializableErrorInfo) -> SerializableErrorInfo:
@@ -45,27 +38,3 @@ def one_line(error: SerializableErrorInfo) -> str:
     if cls_name in USER_FACING_ERRORS and own:
         return own
     return f"{cls_name}: {own}" if own else cls_name
-
-
-def worker_step_failures(error: SerializableErrorInfo) -> list[tuple[str, str]] | None:
-    """(step, its own error) for each step in a DagsterSubprocessError's text, which is how the Celery
-    executor reports steps that failed on a worker before they could report it themselves (a resource
-    that refused): "[step]: <error, its stack and its causes>". The step's own error is the innermost
-    cause, up to its stack trace. None for any other error."""
-    if error.cls_name != "DagsterSubprocessError":
-        return None
-    found = []
-    for part in re.split(r"^\[(?=[^\]\n]+\]: )", error.message, flags=re.MULTILINE)[1:]:
-        step, _, text = part.partition("]: ")
-        for marker in CAUSE_MARKERS:
-            text = text.rsplit(marker, 1)[-1]
-        own = text.split("Stack Trace:", 1)[0]
-        cause = SerializableErrorInfo(message=own.strip(), stack=[], cls_name=class_of(own))
-        found.append((step, one_line(cause)))
-    return found or None
-
-
-def class_of(text: str) -> str | None:
-    """The class name of a rendered exception ("module.Class: message")."""
-    head = text.strip().split(": ", 1)[0]
-    return head.rsplit(".", 1)[-1] if head and " " not in head else None

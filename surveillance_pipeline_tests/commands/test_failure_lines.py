@@ -2,7 +2,7 @@
 refusal's own words, or the broker's place, not the executor's wrapper."""
 
 from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
-from surveillance_pipeline.orchestration.error_words import one_line, worker_step_failures
+from surveillance_pipeline.orchestration.error_words import one_line
 
 REFUSAL = (
     "this worker's settings differ from run 5c1f's, so the step would write something else; start the worker "
@@ -25,19 +25,6 @@ WORKER_ERROR = SerializableErrorInfo(
 )
 
 
-def test_a_step_a_worker_refused_is_named_with_the_refusals_own_words():
-    wrapped = SerializableErrorInfo(
-        message="dagster._core.errors.DagsterSubprocessError: During celery execution errors occurred in "
-        f"workers:\n[gbif_downloads]: {WORKER_ERROR.to_string()}",
-        stack=[],
-        cls_name="DagsterSubprocessError",
-    )
-    assert "Stack Trace" in wrapped.message and "resource_fn" in wrapped.message
-    assert worker_step_failures(wrapped) == [
-        ("gbif_downloads", " ".join(line.strip() for line in REFUSAL.splitlines()))
-    ]
-
-
 def test_a_run_that_fails_for_a_worker_refusal_says_the_refusal_the_worker_stored():
     """The refusal as the worker stored it in the run's event log (a resource init failure whose cause is the
     Failure), not what came back through Celery ("DagsterError: Error executing resource_fn on
@@ -57,7 +44,6 @@ def test_a_run_that_fails_for_a_worker_refusal_says_the_refusal_the_worker_store
 
 def test_any_other_error_is_left_to_the_usual_line():
     other = SerializableErrorInfo(message="builtins.KeyError: 'x'\n", stack=[], cls_name="KeyError")
-    assert worker_step_failures(other) is None
     assert one_line(other) == "KeyError: 'x'"
 
 
