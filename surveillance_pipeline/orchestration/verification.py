@@ -177,7 +177,8 @@ def noted_edits_evaluation(table: TableTarget, edits: Sequence[Sequence[str]]) -
     more = f" and {len(edits) - LISTED} more" if len(edits) > LISTED else ""
     if edits:
         description = (
-            f"{len(edits)} partitions of {table.target.name} edited outside the pipeline and not yet "
+            f"{len(edits)} {'partition' if len(edits) == 1 else 'partitions'} of {table.target.name} "
+            "edited outside the pipeline and not yet "
             f"repaired: {listed}{more}. The next run of {table.asset} reloads them."
         )
     else:
