@@ -38,8 +38,9 @@ from surveillance_pipeline.core.fingerprints import (
     watch_parameters,
     watch_target,
 )
-from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, describe_change
+from surveillance_pipeline.core.keys import JobKeyParts, advisory_lock_id, changed_parts, describe_change
 from surveillance_pipeline.core.migrations import migrate
+from surveillance_pipeline.core.record_delta import Delta, RecordChanges
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 
@@ -60,6 +61,8 @@ class RefreshOutcome:
     parts: dict[str, Any]
     rows: int
     previous_key: str | None = None
+    # Set when the load compared records (a delta, applied or found too large).
+    changes: RecordChanges | None = None
 
 
 def ensure_state_tables(conn: psycopg.Connection) -> None:
@@ -150,6 +153,7 @@ def refresh_partition(
     run_id: str,
     partition_value: int | None = None,
     likely_parts: JobKeyParts | None = None,
+    apply_changes: Callable[[psycopg.Connection, Fingerprint, Mapping[str, Any]], Delta | None] | None = None,
 ) -> RefreshOutcome:
     """Make the target hold the snapshot named by ``parts``, or skip if it already does.
 
@@ -160,6 +164,14 @@ def refresh_partition(
     differs or the partition no longer holds what its load wrote, and whatever it raises rolls the whole
     transaction back. ``partition_value`` is the value of the target's partition column (the species_id)
     for a partitioned target.
+
+    ``apply_changes`` (optional) loads by record-level delta: when only the key's input changed and the
+    partition plainly holds what its last load wrote (no edit noted, its watch intact, its fingerprint
+    known), it is called instead of ``replace_rows`` with that fingerprint and the parts it was loaded
+    under, applies the records that differ and returns the fingerprint after them (record_delta.py), so
+    the partition ends as ``replace_rows`` would have left it. When it finds the delta too large to pay
+    (or returns None: the input changed in a way no delta follows), it changes nothing and
+    ``replace_rows`` runs.
 
     An equal key skips only when the partition still holds its snapshot: no edit noted against it since
     its load, and a watch that could have noted one (else its fingerprint is compared).
@@ -229,12 +241,22 @@ def refresh_partition(
                     # No state row: a first load, or a table rebuilt for a new schema. History tells which.
                     previous_parts = last_loaded_parts(conn, target.name, partition_key)
                 reason = describe_change(previous_parts, parts)
-            written = replace_rows(conn)
-            fingerprint = (
-                written
-                if isinstance(written, Fingerprint)
-                else partition_fingerprint(conn, target, partition_ref)
-            )
+            delta = None
+            if apply_changes is not None and _delta_applies(
+                previous_parts, parts, previous_digest, held, verify
+            ):
+                assert previous_parts is not None  # _delta_applies
+                held_fingerprint = Fingerprint(previous_rows, previous_digest or UNKNOWN_DIGEST)
+                delta = apply_changes(conn, held_fingerprint, previous_parts)
+            if delta is not None and delta.fingerprint is not None:
+                fingerprint = delta.fingerprint
+            else:
+                written = replace_rows(conn)
+                fingerprint = (
+                    written
+                    if isinstance(written, Fingerprint)
+                    else partition_fingerprint(conn, target, partition_ref)
+                )
             conn.execute(
                 load_sql(CORE, "upsert_target_state"),
                 {
@@ -248,13 +270,46 @@ def refresh_partition(
                 },
             )
             forget_edits(conn, target, partition_ref)
-            outcome = RefreshOutcome(LOADED, reason, job_key, parts.as_dict(), fingerprint.rows, previous_key)
+            outcome = RefreshOutcome(
+                LOADED,
+                reason,
+                job_key,
+                parts.as_dict(),
+                fingerprint.rows,
+                previous_key,
+                delta.changes if delta is not None else None,
+            )
         record_provenance(
-            conn, run_id=run_id, asset=target.name, partition_key=partition_key, outcome=outcome
+            conn,
+            run_id=run_id,
+            asset=target.name,
+            partition_key=partition_key,
+            outcome=outcome,
+            detail={"changes": outcome.changes.as_dict()} if outcome.changes is not None else None,
         )
         if outcome.action == LOADED:
             fault_point(BEFORE_COMMIT, conn)
     return outcome
+
+
+def _delta_applies(
+    previous_parts: Mapping[str, Any] | None,
+    parts: JobKeyParts,
+    previous_digest: str | None,
+    held: _HeldPartition,
+    verify: bool,
+) -> bool:
+    """A record-level delta may replace a full reload: only the input changed (a transform, config or
+    schema change reshapes every row), and the partition plainly holds what its last load wrote (else its
+    rows are no base to apply changes to)."""
+    return (
+        previous_parts is not None
+        and changed_parts(previous_parts, parts) == ["input"]
+        and previous_digest not in (None, UNKNOWN_DIGEST)
+        and held.watch.intact
+        and not held.watch.edits
+        and not verify
+    )
 
 
 # Within a transaction that set it off: the session's own value again (its default; no session sets it).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.fingerprints import Fingerprint, partition_fingerprint, watch_table
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
+from surveillance_pipeline.core.record_delta import Delta, apply_record_delta
 from surveillance_pipeline.core.refresh import (
     LOADED,
     RefreshOutcome,
@@ -48,6 +49,9 @@ OCCURRENCES = Target(
 COPY_BLOCK = 1 << 20
 # pg_stat_force_next_flush() (request_statistics_flush.sql) came with PostgreSQL 15.
 STATISTICS_FLUSH_SINCE = 150000
+# A delta pays while few records differ: past this share of the partition's records, it reloads whole.
+DELTA_SHARE_LIMIT = 0.3
+NEXT_OCCURRENCES = "next_occurrences"
 
 
 def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
@@ -170,30 +174,9 @@ def load_occurrences(
 
     def replace_rows(connection: psycopg.Connection) -> Fingerprint:
         names = partition_names(species.species_id, parts.key)
-        connection.execute(
-            load_sql(PACKAGE, "upsert_species"),
-            {
-                "species_id": species.species_id,
-                "slug": species.slug,
-                "scientific_name": species.scientific_name,
-                "vernacular_name": species.vernacular_name,
-                "taxon_key": species.taxon_key,
-            },
-        )
+        upsert_species(connection, species)
         connection.execute(load_sql(PACKAGE, "create_occurrences_partition").format(**names))
-        connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
-        copied = hashlib.sha256()
-        with connection.cursor().copy(
-            "COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)"
-        ) as copy:
-            for block in _blocks(derived):
-                copied.update(block)
-                copy.write(block)
-                fault_point(MID_COPY, connection)
-        if copied.hexdigest() != parts.input:
-            # The file changed between hashing and copying: these rows are not the snapshot the key names.
-            source = derived if isinstance(derived, Path) else f"derived file of {species.slug}"
-            raise StaleInputError(f"{source}: changed while it was being loaded; materialize it again")
+        copy_incoming(connection, species, derived, parts.input)
         cursor = connection.execute(
             load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=names["fresh"]),
             {
@@ -216,6 +199,21 @@ def load_occurrences(
         fault_point(AFTER_DELETE, connection)
         return fingerprint
 
+    def apply_changes(connection: psycopg.Connection, held: Fingerprint, _: Mapping[str, Any]) -> Delta:
+        upsert_species(connection, species)
+        copy_incoming(connection, species, derived, parts.input)
+        delta = apply_record_delta(
+            connection,
+            target=OCCURRENCES,
+            partition_ref=str(species.species_id),
+            next_table=make_next_rows(connection, species, rules),
+            held=held,
+            share_limit=DELTA_SHARE_LIMIT,
+        )
+        if delta.fingerprint is None:
+            connection.execute("DROP TABLE incoming_occurrences")  # the full reload copies it again
+        return delta
+
     outcome = refresh_partition(
         conn,
         target=OCCURRENCES,
@@ -224,10 +222,60 @@ def load_occurrences(
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
+        apply_changes=apply_changes,
     )
-    if outcome.action == LOADED:
+    # A delta changed a few rows in place: autovacuum's own visit is enough for the planner.
+    if outcome.action == LOADED and (outcome.changes is None or not outcome.changes.applied):
         analyze_partition(conn, species.species_id)
     return outcome
+
+
+def upsert_species(connection: psycopg.Connection, species: Species) -> None:
+    connection.execute(
+        load_sql(PACKAGE, "upsert_species"),
+        {
+            "species_id": species.species_id,
+            "slug": species.slug,
+            "scientific_name": species.scientific_name,
+            "vernacular_name": species.vernacular_name,
+            "taxon_key": species.taxon_key,
+        },
+    )
+
+
+def copy_incoming(
+    connection: psycopg.Connection, species: Species, derived: bytes | Path, sha256: str
+) -> None:
+    """The derived file into the temporary ``incoming_occurrences``, checked against the key's checksum."""
+    connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
+    copied = hashlib.sha256()
+    with connection.cursor().copy("COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)") as copy:
+        for block in _blocks(derived):
+            copied.update(block)
+            copy.write(block)
+            fault_point(MID_COPY, connection)
+    if copied.hexdigest() != sha256:
+        # The file changed between hashing and copying: these rows are not the snapshot the key names.
+        source = derived if isinstance(derived, Path) else f"derived file of {species.slug}"
+        raise StaleInputError(f"{source}: changed while it was being loaded; materialize it again")
+
+
+def make_next_rows(connection: psycopg.Connection, species: Species, rules: OccurrenceRules) -> str:
+    """The rows a full reload would write, from ``incoming_occurrences`` into a temporary table of the
+    parent's columns (a delta compares them with the partition); its name."""
+    config = rules.as_config()
+    connection.execute(
+        load_sql(PACKAGE, "create_next_occurrences").format(occurrences=sql.Identifier(OCCURRENCES.name))
+    )
+    connection.execute(
+        load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=sql.Identifier(NEXT_OCCURRENCES)),
+        {
+            "species_id": species.species_id,
+            "licenses": config["licenses"],
+            "require_coordinates": config["require_coordinates"],
+        },
+    )
+    return NEXT_OCCURRENCES
 
 
 def analyze_partition(conn: psycopg.Connection, species_id: int) -> None:

@@ -1,0 +1,152 @@
+"""A changed input applied record by record: the partition ends as a full reload of the input leaves it."""
+
+import pytest
+
+from surveillance_pipeline.core.fingerprints import partition_fingerprint
+from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.occurrences import load
+from surveillance_pipeline_tests.support.pipeline import DEVIL, state_row, table_md5
+
+pytestmark = [pytest.mark.db]
+DEVIL_SPECIES = species_by_slug(DEVIL)
+HEADER = "id,year,longitude,latitude,license\n"
+LICENSES = ("CC0 1.0", "CC BY 4.0", "CC BY-NC 4.0")
+
+
+def _row(record: int, moved: float = 0.0, year: int | None = None) -> str:
+    if record % 11 == 0:
+        return f"{record},{year or ''},,,\n"  # no coordinates, no license
+    longitude, latitude = 146.0 + record / 1000, -42.0 - record / 2000 + moved
+    return f"{record},{year or 1950 + record % 70},{longitude:.4f},{latitude:.4f},{LICENSES[record % 3]}\n"
+
+
+def _csv(records: dict[int, str]) -> bytes:
+    return (HEADER + "".join(records[key] for key in sorted(records))).encode()
+
+
+BASE = {record: _row(record) for record in range(1, 201)}
+
+
+def _month_later() -> dict[int, str]:
+    later = dict(BASE)
+    for record in (3, 4, 5):
+        later[record] = _row(record, moved=0.01)  # coordinates corrected
+    later[22] = _row(22, year=1801)  # a record without coordinates, its year edited
+    later[41] = _row(41).replace("CC BY-NC 4.0", "CC BY 4.0")  # relicensed
+    for record in (7, 8, 9):
+        del later[record]
+    for record in (1000, 1001, 1002, 1100):
+        later[record] = _row(record)
+    return later
+
+
+def _load(db, derived: bytes, run_id: str, rules: load.OccurrenceRules | None = None):
+    return load.load_occurrences(
+        db, species=DEVIL_SPECIES, derived=derived, rules=rules or load.OccurrenceRules(), run_id=run_id
+    )
+
+
+def _held(db):
+    """What a verification would compare: the state row's fingerprint, and the partition's recomputed."""
+    digest = db.execute(
+        "SELECT rows, digest FROM target_state WHERE target = 'occurrences' AND partition_key = %s", [DEVIL]
+    ).fetchone()
+    found = partition_fingerprint(db, load.OCCURRENCES, str(DEVIL_SPECIES.species_id))
+    return digest, (found.rows, found.digest)
+
+
+def _full_reload(db, derived: bytes, run_id: str):
+    """The same input loaded whole: with its state row forgotten the partition has no fingerprint to carry
+    forward, so the load replaces its rows (replace_rows) and compares no record."""
+    db.execute("DELETE FROM target_state WHERE target = 'occurrences' AND partition_key = %s", [DEVIL])
+    outcome = _load(db, derived, run_id)
+    assert (outcome.action, outcome.changes) == ("loaded", None)
+    return outcome
+
+
+def test_a_changed_input_is_applied_by_its_changed_records_and_ends_as_a_full_reload(db):
+    ensure_state_tables(db)
+    first = _load(db, _csv(BASE), "r0")
+    assert (first.action, first.changes) == ("loaded", None)
+    xmins = dict(db.execute("SELECT id, xmin::text FROM occurrences").fetchall())
+
+    later = _load(db, _csv(_month_later()), "r1")
+    assert (later.action, later.reason) == ("loaded", "input changed")
+    assert later.changes is not None and later.changes.applied
+    assert (later.changes.added, later.changes.changed, later.changes.removed, later.changes.rows) == (
+        4,
+        5,
+        3,
+        201,
+    )
+    assert later.rows == 201
+    # Only the changed and added records were written: every other row is the one the first load wrote.
+    untouched = dict(db.execute("SELECT id, xmin::text FROM occurrences").fetchall())
+    rewritten = {record for record in untouched if untouched[record] != xmins.get(record)}
+    assert rewritten == {3, 4, 5, 22, 41, 1000, 1001, 1002, 1100}
+    provenance = db.execute(
+        "SELECT reason, detail FROM provenance WHERE run_id = 'r1' AND asset = 'occurrences'"
+    ).fetchone()
+    assert provenance == (
+        "input changed",
+        {"changes": {"added": 4, "changed": 5, "removed": 3, "rows": 201, "applied": True}},
+    )
+    recorded, found = _held(db)
+    assert recorded == found  # the fingerprint carried forward is the rows' own
+    by_delta = (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), recorded)
+
+    _full_reload(db, _csv(_month_later()), "r2")
+    assert (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), _held(db)[0]) == by_delta
+    assert db.execute("SELECT count(*) FROM target_edits").fetchone() == (0,)
+
+
+def test_a_return_to_the_earlier_input_is_a_delta_back_to_the_same_rows(db):
+    ensure_state_tables(db)
+    first = _load(db, _csv(BASE), "r0")
+    before = (table_md5(db, DEVIL_SPECIES.species_id), _held(db))
+    _load(db, _csv(_month_later()), "r1")
+    back = _load(db, _csv(BASE), "r2")
+    assert back.changes is not None
+    assert (back.changes.added, back.changes.changed, back.changes.removed, back.changes.applied) == (
+        3,
+        5,
+        4,
+        True,
+    )
+    assert back.job_key == first.job_key
+    assert (table_md5(db, DEVIL_SPECIES.species_id), _held(db)) == before
+    assert _load(db, _csv(BASE), "r3").action == "skipped"
+
+
+def test_a_delta_too_large_to_pay_reloads_whole_and_says_so(db):
+    ensure_state_tables(db)
+    _load(db, _csv(BASE), "r0")
+    moved = {record: _row(record, moved=0.5 if record <= 80 else 0.0) for record in BASE}
+    outcome = _load(db, _csv(moved), "r1")
+    assert outcome.changes is not None and not outcome.changes.applied
+    assert outcome.changes.describe() == "reloaded: delta too large (0 added, 73 changed, 0 removed of 200)"
+    by_reload = (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), _held(db))
+    assert by_reload[2][0] == by_reload[2][1]
+    _full_reload(db, _csv(moved), "r2")
+    assert (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), _held(db)) == by_reload
+
+
+def test_a_config_change_or_an_edit_outside_the_pipeline_reloads_whole(db):
+    ensure_state_tables(db)
+    _load(db, _csv(BASE), "r0")
+    reconfigured = _load(db, _csv(_month_later()), "r1", load.OccurrenceRules(licenses=("CC0 1.0",)))
+    assert (reconfigured.reason, reconfigured.changes) == ("input and config changed", None)
+    assert (
+        reconfigured.rows
+        == db.execute(
+            "SELECT count(*) FROM occurrences WHERE license = 'CC0 1.0' OR license IS NULL"
+        ).fetchone()[0]
+    )
+    _load(db, _csv(BASE), "r2")
+    db.execute("UPDATE occurrences SET year = 1700 WHERE id = 100")
+    edited = _load(db, _csv(_month_later()), "r3")
+    assert edited.changes is None
+    assert db.execute("SELECT year FROM occurrences WHERE id = 100").fetchone() == (1980,)
+    recorded, found = _held(db)
+    assert recorded == found
