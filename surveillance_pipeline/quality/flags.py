@@ -21,8 +21,10 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.fingerprints import Fingerprint
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.partition_files import read_memo, replace_file
+from surveillance_pipeline.core.record_delta import Delta, apply_record_delta
 from surveillance_pipeline.core.refresh import (
     NOTHING_CHANGED,
     SKIPPED,
@@ -74,6 +76,9 @@ QUALITY_COLUMNS = ("key", *QUALITY_TEXT_TERMS, *WHOLE_TERMS, *MEASURE_TERMS, *CO
 # The copied rows' table holds every records-file column (a records file is copied whole) and these.
 INCOMING_COLUMNS = (*RECORD_COLUMNS, *(name for name in QUALITY_COLUMNS if name not in RECORD_COLUMNS))
 COPY_BLOCK = 1 << 20
+# A delta pays while few records differ: past this share of the species' records, its flags reload whole.
+DELTA_SHARE_LIMIT = 0.3
+NEXT_QUALITY = "next_occurrence_quality"
 
 
 def quality_parts(
@@ -200,43 +205,99 @@ def refresh_occurrence_quality(
             likely = quality_parts_of(species, raw_sha256, occurrences_key, references_key, rules, layers)
 
     def replace_rows(connection: psycopg.Connection) -> int:
-        snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
-        check_request(snapshot, species, raw_path)
         table = sql.Identifier(OCCURRENCE_QUALITY.name)
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
-        columns = sql.SQL(", ").join(
-            sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS
+        return insert_quality_rows(connection, species, rules, raw_path, raw, raw_sha256, into=table)
+
+    def apply_changes(
+        connection: psycopg.Connection, held_rows: Fingerprint, loaded_under: Mapping[str, Any]
+    ) -> Delta | None:
+        # The held rows' spatial flags are reused only where they were made under today's layers and
+        # habitat (the config is unchanged whenever a delta is tried).
+        before, now = json.loads(loaded_under["input"]), json.loads(current["parts"].input)
+        if any(before.get(name) != now[name] for name in ("quality_references", "terrestrial")):
+            return None
+        connection.execute(
+            load_sql(PACKAGE, "create_next_quality").format(table=sql.Identifier(OCCURRENCE_QUALITY.name))
         )
-        connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
-        copy_terms(connection, snapshot, raw_path)
-        thinned = copy_outliers(connection, species, rules)
-        # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
-        # every record several times: in memory, not in temporary files. The incoming tables analyzed:
-        # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
-        connection.execute("SET LOCAL jit = off")
-        connection.execute("SET LOCAL work_mem = '128MB'")
-        connection.execute("SET LOCAL default_statistics_target = 10")
-        connection.execute("ANALYZE incoming_quality_terms")
-        statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
-            table=table,
-            occurrences=sql.Identifier(partition_table_name(species.species_id)),
-            references=sql.Identifier(QUALITY_REFERENCES.name),
+        insert_quality_rows(
+            connection,
+            species,
+            rules,
+            raw_path,
+            raw,
+            raw_sha256,
+            into=sql.Identifier(NEXT_QUALITY),
+            reuse_held=True,
         )
-        parameters = {**statement_parameters(species, rules), "outliers_thinned": thinned}
-        return connection.execute(statement, parameters).rowcount
+        return apply_record_delta(
+            connection,
+            target=OCCURRENCE_QUALITY,
+            partition_ref=str(species.species_id),
+            next_table=NEXT_QUALITY,
+            held=held_rows,
+            share_limit=DELTA_SHARE_LIMIT,
+        )
+
+    current: dict[str, JobKeyParts] = {}
+
+    def parts(connection: psycopg.Connection) -> JobKeyParts:
+        current["parts"] = quality_parts(connection, species, raw_sha256, rules, layers)
+        return current["parts"]
 
     return refresh_partition(
         conn,
         target=OCCURRENCE_QUALITY,
         partition_key=species.slug,
-        parts=lambda connection: quality_parts(connection, species, raw_sha256, rules, layers),
+        parts=parts,
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
         likely_parts=likely,
+        apply_changes=apply_changes,
     )
+
+
+def insert_quality_rows(
+    connection: psycopg.Connection,
+    species: Species,
+    rules: QualityRules,
+    raw_path: Path,
+    raw: bytes,
+    raw_sha256: str,
+    *,
+    into: sql.Identifier,
+    reuse_held: bool = False,
+) -> int:
+    """The species' quality rows into ``into`` (occurrence_quality, or a delta's temporary table); with
+    ``reuse_held``, a point its held rows carry keeps their spatial flags (insert_occurrence_quality.sql)."""
+    snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
+    check_request(snapshot, species, raw_path)
+    columns = sql.SQL(", ").join(sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS)
+    connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
+    copy_terms(connection, snapshot, raw_path)
+    thinned = copy_outliers(connection, species, rules)
+    # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
+    # every record several times: in memory, not in temporary files. The incoming tables analyzed:
+    # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
+    connection.execute("SET LOCAL jit = off")
+    connection.execute("SET LOCAL work_mem = '128MB'")
+    connection.execute("SET LOCAL default_statistics_target = 10")
+    connection.execute("ANALYZE incoming_quality_terms")
+    statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
+        table=into,
+        held=sql.Identifier(OCCURRENCE_QUALITY.name),
+        occurrences=sql.Identifier(partition_table_name(species.species_id)),
+        references=sql.Identifier(QUALITY_REFERENCES.name),
+    )
+    parameters = {
+        **statement_parameters(species, rules),
+        "outliers_thinned": thinned,
+        "reuse_held": reuse_held,
+    }
+    return connection.execute(statement, parameters).rowcount
 
 
 def held_quality_inputs(conn: psycopg.Connection) -> HeldKeys:

@@ -35,7 +35,7 @@ from surveillance_pipeline.samples.assets import (
     sample_engines_agree,
 )
 from surveillance_pipeline.samples.rules import md5_text
-from surveillance_pipeline_tests.support.quality_probes import planted_records
+from surveillance_pipeline_tests.support.quality_probes import _at, canberra, planted_records
 
 SPINE = [gbif_raw, gbif_derived, occurrences]
 SAMPLED = [*SPINE, occurrence_sample]
@@ -109,6 +109,25 @@ def bad_individual_count(records):
     return edited
 
 
+def month_later(records):
+    """The same query a month later: the two lowest gbifIDs gone; four records edited (one re-identified
+    as a fossil, one moved 0.01° north, one moved to Canberra, one given a 20 km uncertainty); three new (one
+    at another record's point and dataset, one in 1850, one in the sea off Tasmania's east coast)."""
+    ordered = sorted(records, key=lambda r: r["key"])[2:]
+    placed = [r for r in ordered if r.get("decimalLatitude") is not None]
+    placed[0]["basisOfRecord"] = "FOSSIL_SPECIMEN"
+    placed[1]["decimalLatitude"] = round(placed[1]["decimalLatitude"] + 0.01, 6)
+    placed[2].update(_at(canberra()))
+    placed[3]["coordinateUncertaintyInMeters"] = 20000.0
+    first_new = max(r["key"] for r in records) + 1
+    news = [copy.deepcopy(placed[10]), copy.deepcopy(placed[11]), copy.deepcopy(placed[12])]
+    news[1].update(year=1850, eventDate="1850-01-01")
+    news[2].update(decimalLongitude=148.9, decimalLatitude=-42.1)
+    for offset, record in enumerate(news):
+        record.update(key=first_new + offset, gbifID=str(first_new + offset))
+    return ordered + news
+
+
 EDITS: dict[str, RecordEdit] = {
     "none": lambda records: records,
     "drop_lowest_id": drop_lowest_id,
@@ -117,6 +136,7 @@ EDITS: dict[str, RecordEdit] = {
     "add_record_before_the_100th_pick": add_record_before_the_100th_pick,
     "quality_probes": planted_records,
     "bad_individual_count": bad_individual_count,
+    "month_later": month_later,
 }
 
 

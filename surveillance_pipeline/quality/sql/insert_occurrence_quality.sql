@@ -4,7 +4,9 @@
 -- The spatial tests run once per distinct point (and countryCode): its grid cell first (covered whole by
 -- land, or by its own country; within reach of a reference point), then the layers' pieces through their
 -- GiST indexes; distances are geodesic metres on the WGS84 spheroid (geography). The outliers test is
--- decided per site beforehand (quality/outliers.py) and read from incoming_outliers.
+-- decided per site beforehand (quality/outliers.py) and read from incoming_outliers. With
+-- reuse_held (a delta, flags.py), a point the species' rows in {held} already carry keeps their spatial
+-- flags, and only new points meet the layers.
 INSERT INTO {table} (
     id, species_id, basis_of_record, occurrence_status, establishment_means, individual_count, event_date,
     country_code, dataset_key, institution_code, coordinate_uncertainty_m, coordinate_precision, issues,
@@ -37,6 +39,24 @@ WITH records AS (
     FROM incoming_quality_terms AS t
     JOIN {occurrences} AS o ON o.id = t.key::bigint
 ),
+known AS (
+    -- The spatial flags of the points the species' held rows carry. Reused only when the key's config,
+    -- the layers' key and the species' habitat are those the held rows were made under (only the records
+    -- changed): the spatial tests read nothing else, so the same point and countryCode get the same flags.
+    -- Every row at a point carries the same flags; bool_or picks that value (null where the test is off).
+    SELECT decimal_longitude AS lon,
+           decimal_latitude AS lat,
+           country_code,
+           bool_or(flag_capitals) AS capitals,
+           bool_or(flag_centroids) AS centroids,
+           bool_or(flag_gbif_hq) AS gbif_hq,
+           bool_or(flag_sea) AS sea,
+           bool_or(flag_urban) AS urban,
+           bool_or(flag_country) AS country
+    FROM {held}
+    WHERE %(reuse_held)s AND species_id = %(species_id)s AND decimal_longitude IS NOT NULL
+    GROUP BY decimal_longitude, decimal_latitude, country_code
+),
 located AS (
     SELECT lon, lat, country_code,
            ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography AS geog,
@@ -44,6 +64,11 @@ located AS (
            floor(lon / %(cell)s)::integer AS cell_x,
            floor(lat / %(cell)s)::integer AS cell_y
     FROM (SELECT DISTINCT lon, lat, country_code FROM records WHERE lon IS NOT NULL) AS points
+    WHERE NOT EXISTS (
+        SELECT 1 FROM known AS k
+        WHERE k.lon = points.lon AND k.lat = points.lat
+          AND k.country_code IS NOT DISTINCT FROM points.country_code
+    )
 ),
 country_codes AS (
     SELECT DISTINCT code FROM {references} WHERE layer = 'countries' AND code IS NOT NULL
@@ -212,6 +237,11 @@ spatial AS (
         ) AS reach
     ) AS p
 ),
+spatial_flags AS (
+    SELECT lon, lat, country_code, capitals, centroids, gbif_hq, sea, urban, country FROM spatial
+    UNION ALL
+    SELECT lon, lat, country_code, capitals, centroids, gbif_hq, sea, urban, country FROM known
+),
 duplicates AS (
     -- The first record (lowest gbifID) of each dataset at each point stays unflagged.
     SELECT id, row_number() OVER (PARTITION BY dataset_key, lon, lat ORDER BY id) > 1 AS duplicate
@@ -242,7 +272,7 @@ flagged AS (
            CASE WHEN %(on_duplicates)s THEN d.duplicate END AS flag_duplicates,
            CASE WHEN %(on_outliers)s THEN m.outlier END AS flag_outliers
     FROM records AS r
-    LEFT JOIN spatial AS s
+    LEFT JOIN spatial_flags AS s
            ON s.lon = r.lon AND s.lat = r.lat AND s.country_code IS NOT DISTINCT FROM r.country_code
     LEFT JOIN duplicates AS d ON d.id = r.id
     -- A record's site: its point, or its cell's centre (computed as select_quality_sites.sql computes it).

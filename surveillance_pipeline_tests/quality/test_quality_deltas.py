@@ -1,0 +1,89 @@
+"""A month-later input flagged record by record: the flags end as a full reload of that input leaves them."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from surveillance_pipeline.quality.assets import occurrence_quality
+from surveillance_pipeline_tests.support.pipeline import (
+    DEVIL,
+    SPINE,
+    data_version,
+    metadata,
+    resources,
+    rows_md5,
+    state_row,
+)
+
+pytestmark = [pytest.mark.db, pytest.mark.dagster]
+QUALITY_CHAIN = [*SPINE, occurrence_quality]
+TARGETS = ("occurrences", "occurrence_quality")
+
+
+def _materialize(instance, database_url, data_dir, edit):
+    result = dg.materialize(
+        QUALITY_CHAIN,
+        instance=instance,
+        partition_key=DEVIL,
+        resources=resources(database_url, data_dir, edit),
+    )
+    return {asset: metadata(result, asset) for asset in TARGETS}
+
+
+def _held(db, instance):
+    """What a fresh load of the same input must equal: rows, state rows (key, parts, rows, fingerprint),
+    and the data versions Dagster keeps."""
+    return {
+        target: (
+            rows_md5(db, target),
+            state_row(db, target),
+            db.execute(
+                "SELECT digest FROM target_state WHERE target = %s AND partition_key = %s", [target, DEVIL]
+            ).fetchone(),
+            data_version(instance, target),
+        )
+        for target in TARGETS
+    }
+
+
+def _flag_counts(db):
+    return db.execute(
+        "SELECT count(*) FILTER (WHERE flag_basis), count(*) FILTER (WHERE flag_capitals),"
+        " count(*) FILTER (WHERE flag_old), count(*) FILTER (WHERE flag_sea),"
+        " count(*) FILTER (WHERE flag_uncertainty), count(*) FILTER (WHERE flag_duplicates)"
+        " FROM occurrence_quality"
+    ).fetchone()
+
+
+def test_a_month_later_download_is_flagged_by_its_changes_and_ends_as_a_fresh_load(
+    db, database_url, data_dir
+):
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, "none")
+        before = _flag_counts(db)
+        first = _held(db, instance)
+
+        later = _materialize(instance, database_url, data_dir, "month_later")
+        assert {target: later[target]["reason"] for target in TARGETS} == dict.fromkeys(
+            TARGETS, "input changed"
+        )
+        # occurrences keeps no basisOfRecord or uncertainty: only the two moved records changed for it.
+        assert later["occurrences"]["records_changed"] == "3 added, 2 changed, 2 removed of 2,001"
+        assert later["occurrence_quality"]["records_changed"] == "3 added, 4 changed, 2 removed of 2,001"
+        # Each edit reached its test: a fossil, Canberra, 1850, the sea, 20 km; two duplicates (the copy, and
+        # the 1850 record, also at the point and dataset of the record it came from).
+        after = _flag_counts(db)
+        assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1, 1, 1, 2]
+        by_delta = _held(db, instance)
+
+        db.execute(
+            "DELETE FROM target_state WHERE partition_key = %s AND target = ANY(%s)", [DEVIL, list(TARGETS)]
+        )
+        reloaded = _materialize(instance, database_url, data_dir, "month_later")
+        assert all("records_changed" not in reloaded[target] for target in TARGETS)
+        assert _held(db, instance) == by_delta
+
+        back = _materialize(instance, database_url, data_dir, "none")
+        assert back["occurrence_quality"]["records_changed"] == "2 added, 4 changed, 3 removed of 2,000"
+        assert _held(db, instance) == first
