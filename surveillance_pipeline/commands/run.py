@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import dagster as dg
 import psycopg
@@ -480,7 +480,9 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
         exists = conn.execute("SELECT to_regclass('provenance') IS NOT NULL").fetchone()
         rows = (
             conn.execute(
-                "SELECT asset, action, reason, rows FROM provenance WHERE run_id = ANY(%s)", [run_ids]
+                "SELECT asset, action, reason, rows, detail -> 'changes' FROM provenance"
+                " WHERE run_id = ANY(%s)",
+                [run_ids],
             ).fetchall()
             if exists and exists[0]
             else []
@@ -489,10 +491,13 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     row_totals: Counter[str] = Counter()
-    for asset, action, reason, row_count in rows:
+    changes: dict[str, Counter[str]] = defaultdict(Counter)
+    for asset, action, reason, row_count, changed in rows:
         actions[asset][action] += 1
         reasons[asset][reason] += 1
         row_totals[asset] += row_count
+        if changed:
+            changes[asset].update(_change_counts(changed))
     for asset, count in held.items():
         row_totals[asset] = count
     width = max([len("asset"), *(len(shown_name(asset)) for asset in actions)])
@@ -500,12 +505,36 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
     lines = [f"{'asset':<{width}} {'loaded':>6} {'skipped':>7} {'rows':>8} {'seconds':>7}  reason"]
     for asset in sorted(actions, key=lambda a: (ASSET_ORDER.index(a) if a in ASSET_ORDER else 99, a)):
         why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons[asset].items()))
+        if changes[asset]:
+            why += f"; {describe_changes(changes[asset])}"
         lines.append(
             f"{shown_name(asset):<{width}} {actions[asset]['loaded']:>6} {actions[asset]['skipped']:>7}"
             # A table loaded inside another asset's step (regions) has no step time of its own.
             f" {row_totals[asset]:>8} {f'{seconds[asset]:.1f}' if asset in seconds else '-':>7}  {why}"
         )
     return lines
+
+
+def _change_counts(changes: dict[str, Any]) -> Counter[str]:
+    """One partition's record changes (a provenance row's detail) as counts to add up per asset."""
+    if not changes.get("applied", True):
+        return Counter({"too large": 1})
+    names = ("added", "changed", "removed", "rows")
+    return Counter({"by delta": 1, **{name: int(changes.get(name, 0)) for name in names}})
+
+
+def describe_changes(counts: Counter[str]) -> str:
+    """An asset's record changes over its partitions: 'by delta (71): 120 added, 480 changed, 118 removed
+    of 14,210', and how many partitions found the delta too large and reloaded whole."""
+    said = []
+    if counts["by delta"]:
+        said.append(
+            f"by delta ({counts['by delta']}): {counts['added']:,} added, {counts['changed']:,} changed, "
+            f"{counts['removed']:,} removed of {counts['rows']:,}"
+        )
+    if counts["too large"]:
+        said.append(f"reloaded: delta too large ({counts['too large']})")
+    return "; ".join(said)
 
 
 def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:

@@ -103,6 +103,8 @@ def outcome_report(
                 if outcome.previous_key not in (None, outcome.job_key)
                 else {}
             ),
+            # A load by record-level delta: '120 added, 480 changed, 118 removed of 14,210'.
+            **({"records_changed": outcome.changes.describe()} if outcome.changes is not None else {}),
             **metadata,
         },
     )
