@@ -138,16 +138,14 @@ class SpeciesSources:
     superseded: list[Superseded]
 
 
-def download_request(
-    species: Species,
-    sources: Sequence[tuple[DownloadInfo, SpeciesPart]],
-    superseded: Sequence[Superseded] = (),
-) -> dict[str, Any]:
+def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
     """The raw snapshot's request for a species read from downloads: which downloads (and which of
-    their records: count and sha256 of the species' part), which taxon, which area; and, where a newer
-    download of the same query replaced an older one, which older part it replaced (so the request, and
-    every key after it, changes when a refreshed download arrives)."""
-    request: dict[str, Any] = {
+    their records: count and sha256 of the species' part), which taxon, which area.
+
+    A download a newer one of its query superseded is not read, so it is not named: the request (and the
+    raw snapshot, and every key after it) is the one a folder holding the newer download alone gives, and
+    it changes when a refreshed download arrives because the newer download is named instead."""
+    return {
         "area": {"country": species.country, "stateProvince": species.state_province},
         "downloads": [
             {**info.identity(), "records": part.records, "records_sha256": part.sha256}
@@ -156,12 +154,6 @@ def download_request(
         "endpoint": DOWNLOAD_ENDPOINT,
         "taxon": species.taxon_filter(),
     }
-    if superseded:
-        request["superseded"] = [
-            {"key": old.info.key, "sha256": old.info.sha256, "records": old.part.records, "by": old.by.key}
-            for old in superseded
-        ]
-    return request
 
 
 def species_sources(indexes: Sequence[DownloadIndex], species: Species) -> SpeciesSources:
@@ -227,7 +219,7 @@ def ingest_species_from_downloads(
     if not found.current and not found.superseded:
         return None
     sources = found.current
-    request = download_request(species, sources, found.superseded)
+    request = download_request(species, sources)
     records_file = records_path(raw_path)
     previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
     if (
