@@ -82,7 +82,7 @@ workers: provision ## Keep N Celery workers running for the distributed profile 
 	@mkdir -p .dagster
 	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.orchestration.workers $(or $(N),2)
 
-bench: provision ## Time the paths and every asset at 1M and 5M against their limits (BENCH_ARGS=--only-at-size, --no-at-size, --with-20m, --only-distributed, --downloads, --only-whole-run, ...; python -m bench --help)
+bench: provision ## Time the paths and every asset at 1M and 5M against their limits (BENCH_ARGS=--only-at-size, --no-at-size, --with-20m, --only-distributed, --downloads, --only-whole-run, --only-refresh, ...; python -m bench --help)
 	@mkdir -p .dagster
 	@# The distributed parts start private Redis servers of their own: only the package is needed.
 	@case "$(BENCH_ARGS)" in *distributed*) bash scripts/provision_redis.sh --install-only;; esac

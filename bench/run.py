@@ -161,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         "--whole-run-cache", type=Path, default=None, help="the downloads' cache (default OUT/out)"
     )
     parser.add_argument(
+        "--only-refresh",
+        action="store_true",
+        help="only a month-later download of the same query after a first make run: results/refresh.md",
+    )
+    parser.add_argument(
+        "--refresh-sizes", type=lambda t: [int(s) for s in t.split(",") if s.strip()], default=[1_000_000]
+    )
+    parser.add_argument(
         "--at-size-sizes",
         type=lambda t: [int(s) for s in t.split(",") if s.strip()],
         default=list(AT_SIZE_SIZES),
@@ -184,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         cache = args.whole_run_cache or args.out / "out"
         sizes = args.whole_run_sizes + ([20_000_000] if args.with_20m else [])
         return whole_run.run_only(server_url, args.out, cache, sizes, args.download_seed, args.download_reps)
+    if args.only_refresh:
+        from bench import refresh
+
+        return refresh.run_only(
+            server_url, args.out, args.whole_run_cache or args.out / "out", args.refresh_sizes
+        )
     if args.only_downloads:
         return run_downloads_only(args, server_url)
     if args.only_distributed:
