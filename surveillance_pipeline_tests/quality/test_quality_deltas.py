@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import dagster as dg
 import pytest
 
+from surveillance_pipeline.gbif.registry import species_by_slug
+from surveillance_pipeline.quality import flags
 from surveillance_pipeline.quality.assets import occurrence_quality
+from surveillance_pipeline.quality.references import ReferenceLayers
+from surveillance_pipeline.quality.settings import configured_rules
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SPINE,
@@ -87,3 +94,28 @@ def test_a_month_later_download_is_flagged_by_its_changes_and_ends_as_a_fresh_lo
         back = _materialize(instance, database_url, data_dir, "none")
         assert back["occurrence_quality"]["records_changed"] == "2 added, 4 changed, 3 removed of 2,000"
         assert _held(db, instance) == first
+
+
+def test_flags_made_under_another_habitat_are_no_base_for_a_delta(db, database_url, data_dir):
+    """The sea test reads the habitat: a species now said to live at sea reloads its flags whole, and
+    a delta after that reuses the flags made under the new habitat."""
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, "none")
+    at_sea_before = db.execute("SELECT count(*) FROM occurrence_quality WHERE flag_sea").fetchone()[0]
+    assert at_sea_before > 0
+    devil = species_by_slug(DEVIL)
+    marine = dataclasses.replace(devil, habitat="marine")
+    rules, layers, raw = configured_rules({}), ReferenceLayers(), data_dir / "raw" / f"{DEVIL}.json"
+    at_sea = flags.refresh_occurrence_quality(
+        db, species=marine, raw_path=raw, rules=rules, layers=layers, run_id="r1"
+    )
+    assert (at_sea.action, at_sea.reason, at_sea.changes) == ("loaded", "input changed", None)
+    assert db.execute("SELECT count(*) FROM occurrence_quality WHERE flag_sea").fetchone() == (0,)
+    # The raw snapshot moves on (its retrieval time): a delta now, over flags made for a marine species.
+    snapshot = json.loads(raw.read_text(encoding="utf-8"))
+    snapshot["retrieved"] = "2027-01-01T00:00:00Z"
+    raw.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    later = flags.refresh_occurrence_quality(
+        db, species=marine, raw_path=raw, rules=rules, layers=layers, run_id="r2"
+    )
+    assert later.changes is not None and later.changes.applied and later.changes.total == 0
