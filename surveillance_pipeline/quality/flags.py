@@ -232,7 +232,7 @@ def refresh_occurrence_quality(
             into=sql.Identifier(NEXT_QUALITY),
             reuse_held=True,
         )
-        return apply_record_delta(
+        delta = apply_record_delta(
             connection,
             target=OCCURRENCE_QUALITY,
             partition_ref=str(species.species_id),
@@ -240,6 +240,10 @@ def refresh_occurrence_quality(
             held=held_rows,
             share_limit=DELTA_SHARE_LIMIT,
         )
+        if delta.fingerprint is None:
+            # Too large: the full reload that follows makes its own incoming tables.
+            connection.execute(load_sql(PACKAGE, "drop_incoming_quality"))
+        return delta
 
     current: dict[str, JobKeyParts] = {}
 

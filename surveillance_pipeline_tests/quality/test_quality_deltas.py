@@ -64,7 +64,7 @@ def _flag_counts(db):
 
 
 def test_a_month_later_download_is_flagged_by_its_changes_and_ends_as_a_fresh_load(
-    db, database_url, data_dir
+    db, database_url, data_dir, monkeypatch
 ):
     with dg.instance_for_test() as instance:
         _materialize(instance, database_url, data_dir, "none")
@@ -94,10 +94,10 @@ def test_a_month_later_download_is_flagged_by_its_changes_and_ends_as_a_fresh_lo
         back = _materialize(instance, database_url, data_dir, "none")
         assert back["occurrence_quality"]["records_changed"] == "2 added, 4 changed, 3 removed of 2,000"
         assert _held(db, instance) == first
-    _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir)
+    _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir, monkeypatch)
 
 
-def _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir):
+def _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir, monkeypatch):
     """The sea test reads the habitat: a species now said to live at sea reloads its flags whole, and
     a delta after that reuses the flags made under the new habitat. (A step of the test above: it needs a
     loaded warehouse, and the reference layers take 7 s to load into a fresh one.)"""
@@ -119,3 +119,17 @@ def _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir):
         db, species=marine, raw_path=raw, rules=rules, layers=layers, run_id="r2"
     )
     assert later.changes is not None and later.changes.applied and later.changes.total == 0
+    # Past its share limit the delta gives way to a full reload in the same transaction, to the same rows.
+    rows = rows_md5(db, "occurrence_quality")
+    snapshot["retrieved"] = "2027-02-01T00:00:00Z"
+    raw.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    monkeypatch.setattr(flags, "DELTA_SHARE_LIMIT", -1.0)
+    whole = flags.refresh_occurrence_quality(
+        db, species=marine, raw_path=raw, rules=rules, layers=layers, run_id="r3"
+    )
+    assert whole.changes is not None and not whole.changes.applied
+    assert (whole.action, whole.changes.describe()) == (
+        "loaded",
+        f"reloaded: delta too large (0 added, 0 changed, 0 removed of {whole.rows:,})",
+    )
+    assert rows_md5(db, "occurrence_quality") == rows
