@@ -216,8 +216,13 @@ def refresh_occurrence_quality(
     ) -> Delta | None:
         # The held rows' spatial flags are reused only where they were made under today's layers and
         # habitat (the config is unchanged whenever a delta is tried).
-        before, now = json.loads(loaded_under["input"]), json.loads(current["parts"].input)
-        if any(before.get(name) != now[name] for name in ("quality_references", "terrestrial")):
+        try:
+            before, now = json.loads(loaded_under["input"]), json.loads(current["parts"].input)
+        except (KeyError, TypeError, ValueError):
+            return None  # loaded under another key recipe: nothing to tell what its flags were made under
+        if not isinstance(before, dict) or any(
+            before.get(name) != now[name] for name in ("quality_references", "terrestrial")
+        ):
             return None
         connection.execute(
             load_sql(PACKAGE, "create_next_quality").format(table=sql.Identifier(OCCURRENCE_QUALITY.name))
