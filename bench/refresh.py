@@ -32,12 +32,12 @@ import psycopg
 
 from bench.shared.bench_species import BENCH_SPECIES, create_like_occurrences
 from bench.shared.gbif_download import cached_dwca, place_download
+from bench.shared.group_runs import RSS_CAP_GB, run_group
 from bench.shared.import_limit import DUCKDB_SCRIPT, LIMIT_SQL, UNZIP_SCRIPT
 from bench.shared.month_later import cached_month_later
 from bench.shared.processes import GB, run_measured
 from bench.shared.report import log, write_section
 from bench.shared.scratch import download_environment, libpq_environment
-from bench.whole_run import RSS_CAP_GB, run_group
 from surveillance_pipeline.gbif.registry import load_registry
 from surveillance_pipeline_tests.support.scratch_databases import scratch_database
 
