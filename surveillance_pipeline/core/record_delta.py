@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from surveillance_pipeline.core.fault_points import AFTER_DELETE, fault_point
 from surveillance_pipeline.core.fingerprints import Fingerprint
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
@@ -96,6 +97,8 @@ def apply_record_delta(
         conn.execute(load_sql(CORE, "drop_record_changes").format(**names))
         return Delta(RecordChanges(added, changed, removed, rows, applied=False), None)
     gone = conn.execute(load_sql(CORE, "delete_changed_records").format(**names), params).fetchone()
+    # The changed and removed records' rows are deleted in this transaction now: a crash must leave them.
+    fault_point(AFTER_DELETE, conn)
     came = conn.execute(load_sql(CORE, "insert_changed_records").format(**names)).fetchone()
     assert gone is not None and came is not None
     if int(gone[0]) != changed + removed or int(came[0]) != added + changed:
