@@ -43,18 +43,21 @@ def _assert_passed(tally: Tally) -> None:
 
 
 @pytest.mark.parametrize(
-    ("target", "point"),
+    ("target", "point", "whole_reload"),
     [
-        ("occurrences", faults.AFTER_DELETE),
-        ("devil_snapshot", faults.MID_COPY),
-        ("occurrences", faults.BEFORE_COMMIT),
+        ("occurrences", faults.AFTER_DELETE, False),
+        ("occurrences", faults.AFTER_DELETE, True),
+        ("devil_snapshot", faults.MID_COPY, False),
+        ("occurrences", faults.BEFORE_COMMIT, False),
     ],
 )
 def test_a_sigkill_at_a_fault_point_leaves_the_previous_snapshot_and_the_next_run_converges(
-    bench, target, point
+    bench, target, point, whole_reload
 ):
+    """B is a few records away from A, so occurrences loads it by record-level delta; ``whole_reload``
+    kills the load that replaces the partition whole instead."""
     tally = Tally(f"SIGKILL {target} at {point}")
-    kill_trial(bench, tally, target, point, 0)
+    kill_trial(bench, tally, target, point, 0, whole_reload)
     _assert_passed(tally)
     assert tally.notes == ["killed at point"]
 

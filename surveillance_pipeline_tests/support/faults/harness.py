@@ -243,8 +243,10 @@ class Bench:
         signal_file: Path,
         start_file: Path | None = None,
         shared_instance: dict[str, str] | None = None,
+        whole_reload: bool = False,
     ) -> subprocess.Popen[str]:
-        """A worker loading B; ``shared_instance`` is the environment naming a DAGSTER_HOME to use."""
+        """A worker loading B; ``shared_instance`` is the environment naming a DAGSTER_HOME to use;
+        ``whole_reload``: B replaces A whole, not by record-level delta."""
         env = dict(os.environ, SURVEILLANCE_DATABASE_URL=self.database_url, **(shared_instance or {}))
         for name in (FAULT_POINT_VARIABLE, FAULT_ACTION_VARIABLE, FAULT_SIGNAL_VARIABLE):
             env.pop(name, None)
@@ -262,6 +264,8 @@ class Bench:
             command += ["--start-file", str(start_file)]
         if shared_instance is not None:
             command.append("--shared-instance")
+        if whole_reload:
+            command.append("--whole-reload")
         return subprocess.Popen(  # noqa: S603  # our own worker module, arguments we built
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -316,11 +320,15 @@ def _trial_files(bench: Bench, label: str, number: int) -> tuple[Path, Path]:
     return signal_file, Path(f"{signal_file}.release")
 
 
-def kill_trial(bench: Bench, tally: Tally, target: str, point: str, number: int) -> None:
+def kill_trial(
+    bench: Bench, tally: Tally, target: str, point: str, number: int, whole_reload: bool = False
+) -> None:
     """SIGKILL the materializing process at ``point`` (it kills itself there, so the moment is exact)."""
     bench.reset_to_a(target)
     signal_file, _ = _trial_files(bench, f"kill-{target}-{point}", number)
-    process = bench.spawn(target, point=point, action=KILL, signal_file=signal_file)
+    process = bench.spawn(
+        target, point=point, action=KILL, signal_file=signal_file, whole_reload=whole_reload
+    )
     process.communicate(timeout=WAIT_SECONDS)
     reached = signal_file.exists() and signal_file.read_text(encoding="utf-8").split()[0] == point
     killed = process.returncode == -signal.SIGKILL and reached

@@ -71,7 +71,16 @@ def main() -> int:
         action="store_true",
         help="use the instance in DAGSTER_HOME (shared storage, pools enforced) instead of an ephemeral one",
     )
+    parser.add_argument(
+        "--whole-reload",
+        action="store_true",
+        help="reload the partition whole even where a record-level delta would apply (its own fault points)",
+    )
     arguments = parser.parse_args()
+    if arguments.whole_reload:
+        from surveillance_pipeline.occurrences import load
+
+        load.DELTA_SHARE_LIMIT = -1.0
     instance = dg.DagsterInstance.get() if arguments.shared_instance else None
     if arguments.start_file is not None:
         deadline = time.monotonic() + 120
