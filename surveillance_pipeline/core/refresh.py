@@ -153,7 +153,8 @@ def refresh_partition(
     run_id: str,
     partition_value: int | None = None,
     likely_parts: JobKeyParts | None = None,
-    apply_changes: Callable[[psycopg.Connection, Fingerprint, Mapping[str, Any]], Delta | None] | None = None,
+    apply_changes: Callable[[psycopg.Connection, Fingerprint, Mapping[str, Any], JobKeyParts], Delta | None]
+    | None = None,
 ) -> RefreshOutcome:
     """Make the target hold the snapshot named by ``parts``, or skip if it already does.
 
@@ -167,11 +168,11 @@ def refresh_partition(
 
     ``apply_changes`` (optional) loads by record-level delta: when only the key's input changed and the
     partition plainly holds what its last load wrote (no edit noted, its watch intact, its fingerprint
-    known), it is called instead of ``replace_rows`` with that fingerprint and the parts it was loaded
-    under, applies the records that differ and returns the fingerprint after them (record_delta.py), so
-    the partition ends as ``replace_rows`` would have left it. When it finds the delta too large to pay
-    (or returns None: the input changed in a way no delta follows), it changes nothing and
-    ``replace_rows`` runs.
+    known), it is called instead of ``replace_rows`` with that fingerprint, the parts it was loaded under
+    and the parts it loads now; it applies the records that differ and returns the fingerprint after
+    them (record_delta.py), so the partition ends as ``replace_rows`` would have left it. When it finds
+    the delta too large to pay (or returns None: the input changed in a way no delta follows), it changes
+    nothing and ``replace_rows`` runs.
 
     An equal key skips only when the partition still holds its snapshot: no edit noted against it since
     its load, and a watch that could have noted one (else its fingerprint is compared).
@@ -247,7 +248,7 @@ def refresh_partition(
             ):
                 assert previous_parts is not None  # _delta_applies
                 held_fingerprint = Fingerprint(previous_rows, previous_digest or UNKNOWN_DIGEST)
-                delta = apply_changes(conn, held_fingerprint, previous_parts)
+                delta = apply_changes(conn, held_fingerprint, previous_parts, parts)
             if delta is not None and delta.fingerprint is not None:
                 fingerprint = delta.fingerprint
             else:

@@ -199,7 +199,9 @@ def load_occurrences(
         fault_point(AFTER_DELETE, connection)
         return fingerprint
 
-    def apply_changes(connection: psycopg.Connection, held: Fingerprint, _: Mapping[str, Any]) -> Delta:
+    def apply_changes(
+        connection: psycopg.Connection, held: Fingerprint, _: Mapping[str, Any], __: JobKeyParts
+    ) -> Delta:
         upsert_species(connection, species)
         copy_incoming(connection, species, derived, parts.input)
         delta = apply_record_delta(

@@ -212,12 +212,15 @@ def refresh_occurrence_quality(
         return insert_quality_rows(connection, species, rules, raw_path, raw, raw_sha256, into=table)
 
     def apply_changes(
-        connection: psycopg.Connection, held_rows: Fingerprint, loaded_under: Mapping[str, Any]
+        connection: psycopg.Connection,
+        held_rows: Fingerprint,
+        loaded_under: Mapping[str, Any],
+        loading: JobKeyParts,
     ) -> Delta | None:
         # The held rows' spatial flags are reused only where they were made under today's layers and
         # habitat (the config is unchanged whenever a delta is tried).
         try:
-            before, now = json.loads(loaded_under["input"]), json.loads(current["parts"].input)
+            before, now = json.loads(loaded_under["input"]), json.loads(loading.input)
         except (KeyError, TypeError, ValueError):
             return None  # loaded under another key recipe: nothing to tell what its flags were made under
         if not isinstance(before, dict) or any(
@@ -250,17 +253,11 @@ def refresh_occurrence_quality(
             connection.execute(load_sql(PACKAGE, "drop_incoming_quality"))
         return delta
 
-    current: dict[str, JobKeyParts] = {}
-
-    def parts(connection: psycopg.Connection) -> JobKeyParts:
-        current["parts"] = quality_parts(connection, species, raw_sha256, rules, layers)
-        return current["parts"]
-
     return refresh_partition(
         conn,
         target=OCCURRENCE_QUALITY,
         partition_key=species.slug,
-        parts=parts,
+        parts=lambda connection: quality_parts(connection, species, raw_sha256, rules, layers),
         replace_rows=replace_rows,
         run_id=run_id,
         partition_value=species.species_id,
