@@ -4,7 +4,10 @@ type."""
 
 from __future__ import annotations
 
+import os
+
 from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE
 from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
 
 # Errors whose message was written for the user: printed without their class. dagster.Failure is how a
@@ -38,3 +41,49 @@ def one_line(error: SerializableErrorInfo) -> str:
     if cls_name in USER_FACING_ERRORS and own:
         return own
     return f"{cls_name}: {own}" if own else cls_name
+
+
+# SQLSTATE classes of a server going away under a session: 57P01-57P03 (administrator, crash, or
+# shutdown/startup under way), 08xxx (connection exceptions). psycopg gives none for a connection cut
+# from the client's side ("server closed the connection unexpectedly").
+SERVER_LOST_STATES = ("57P01", "57P02", "57P03", "08")
+
+
+def warehouse_lost(error: BaseException) -> BaseException | None:
+    """The error in ``error``'s chain that says the warehouse's server went away mid-session, or None.
+
+    A full disk (DiskFull, also an OperationalError) or a refused statement is not one: the server is
+    still there and said why.
+    """
+    import psycopg
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, psycopg.OperationalError):
+            state = current.sqlstate
+            if state is None or state.startswith(SERVER_LOST_STATES):
+                return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def warehouse_lost_message(cause: BaseException) -> str:
+    """One line: which server went away (host and port only: the URL holds a password), what psycopg said,
+    and what to do."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(os.environ.get(DATABASE_URL_VARIABLE, ""))
+        where = f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}"
+    except Exception:  # noqa: BLE001  # a URL psycopg cannot read: the line still says what happened
+        where = "(unreadable URL)"
+    said = " ".join(str(cause).split()) or type(cause).__name__
+    return (
+        f"the warehouse's server, PostgreSQL at {where} ({DATABASE_URL_VARIABLE}), stopped answering in "
+        f"the middle of the step ({said}), so this step stops. A load it cut off rolled back whole (the "
+        "partition keeps the snapshot its state row names): once the server answers again, launch the "
+        "failed partitions again (make run, or the run's failed partitions in the UI) and what committed "
+        "is skipped."
+    )

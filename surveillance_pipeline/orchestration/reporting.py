@@ -52,6 +52,7 @@ from surveillance_pipeline.orchestration.dagster_internals import (
     log_batched_materialization,
     step_execution_context,
 )
+from surveillance_pipeline.orchestration.error_words import warehouse_lost, warehouse_lost_message
 
 __all__ = ["DATA_VERSION_TAG", "RUN_SUMMARY_TAG_PREFIX"]
 
@@ -247,7 +248,12 @@ class _Isolated:
             self.errors[key] = attempt
         if len(self.errors) + len(self.left_out) == len(self._keys):
             if self.errors:
-                raise next(iter(self.errors.values()))
+                first = next(iter(self.errors.values()))
+                lost = warehouse_lost(first)
+                if lost is not None:
+                    # The step's own error (the run's, in the UI and make run's line) names the server.
+                    raise dg.Failure(description=warehouse_lost_message(lost)) from first
+                raise first
             raise RuntimeError(f"every partition's upstream failed in this run: {', '.join(self._keys)}")
         return None
 

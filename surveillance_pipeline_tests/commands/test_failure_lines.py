@@ -1,5 +1,8 @@
-"""make run's line, and a run's failure, for a step that a worker refused or a broker that stopped: the
-refusal's own words, or the broker's place, not the executor's wrapper."""
+"""make run's line, and a run's failure, for a step that a worker refused, a broker that stopped or a
+warehouse server that went away: the refusal's own words, or the broker's or the server's place, not the
+executor's wrapper."""
+
+import pytest
 
 from surveillance_pipeline.orchestration.dagster_internals import SerializableErrorInfo
 from surveillance_pipeline.orchestration.error_words import one_line
@@ -91,3 +94,36 @@ def test_a_broker_that_stopped_answering_is_named_with_its_place_and_what_to_do(
     assert broker_failure(
         RuntimeError("Retry limit exceeded while trying to reconnect to the Celery result store")
     )
+
+
+def test_a_warehouse_server_that_went_away_is_named_and_a_refused_statement_is_not(monkeypatch, database_url):
+    """A session the server ended (its backend terminated, as a shutdown does) is the server gone; a
+    statement it refused, or a full disk, is not: the server is there and said why."""
+    import psycopg
+
+    from surveillance_pipeline.orchestration.error_words import warehouse_lost, warehouse_lost_message
+
+    monkeypatch.setenv(
+        "SURVEILLANCE_DATABASE_URL", "postgresql://surveillance:secret-password@db.example:6543/w"
+    )
+    with psycopg.connect(database_url, autocommit=True) as victim, psycopg.connect(database_url) as admin:
+        pid = victim.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        with pytest.raises(psycopg.OperationalError) as ended:
+            victim.execute("SELECT 1")
+        with pytest.raises(psycopg.errors.UndefinedTable) as refused:
+            admin.execute("SELECT * FROM no_such_table")
+    try:
+        raise RuntimeError("a step failed") from ended.value
+    except RuntimeError as wrapped:
+        cause = warehouse_lost(wrapped)
+    assert cause is ended.value
+    said = warehouse_lost_message(cause)
+    assert said.startswith(
+        "the warehouse's server, PostgreSQL at db.example:6543 (SURVEILLANCE_DATABASE_URL), stopped answering"
+    )
+    assert "terminating connection" in said and "secret-password" not in said
+    assert "launch the failed partitions again" in said
+    assert warehouse_lost(refused.value) is None
+    assert warehouse_lost(psycopg.errors.DiskFull("could not extend file")) is None
+    assert warehouse_lost(KeyError("x")) is None
