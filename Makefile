@@ -68,7 +68,7 @@ test-fast: provision ## The suite without the browser session and the Celery wor
 replay: provision ## Regenerate a masked release from provenance row ID (make replay ID=N) and check its sha256
 	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
 
-faults: provision ## Kill, restart, overlap and disconnect loads, stop Redis; print the reliability table (~7–10 min)
+faults: provision ## Kill, restart, overlap and disconnect loads, stop Redis and PostgreSQL; print the reliability table (~10–12 min)
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m faults $(FAULTS_ARGS)
 

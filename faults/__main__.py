@@ -3,9 +3,11 @@
     python -m faults [--kills 20] [--restarts 10] [--terminates 6]
                                                 [--concurrency 2,3,4] [--dagster-kills 3]
                                                 [--daemon-kills 2] [--warehouses 1] [--broker-stops 1]
+                                                [--server-stops 1]
 
 Kills, dropped connections and overlapping runs use a scratch database on the project's server; the
-restarts use a private throwaway cluster (cluster.py), so no other user of the server is disturbed.
+restarts, and the server stopped under a distributed run, use a private throwaway cluster (cluster.py), so
+no other user of the server is disturbed.
 Exits 1 when any trial failed a check.
 """
 
@@ -41,6 +43,7 @@ from surveillance_pipeline_tests.support.faults.harness import (
     prepare_snapshots,
     terminate_backend,
 )
+from surveillance_pipeline_tests.support.faults.server_lost import server_lost_trial
 
 COMBINATIONS = [(target, point) for target in TARGETS for point in FAULT_POINTS]
 HEADER = ("fault", "trials", "target intact", "state consistent", "converged", "worker")
@@ -126,16 +129,23 @@ def run_pools(bench: Bench, counts: list[int], server_url: str) -> list[Tally]:
 
 
 def run_dagster_rows(
-    bench: Bench, server_url: str, cli: int, daemon: int, warehouses: int, broker_stops: int
+    bench: Bench,
+    server_url: str,
+    cli: int,
+    daemon: int,
+    warehouses: int,
+    broker_stops: int,
+    server_stops: int,
 ) -> list[Tally]:
     """Kills of runs Dagster started (CLI and daemon) holding a pool slot, two warehouses apart, and Redis
-    stopped under a distributed run."""
+    or PostgreSQL stopped under a distributed run."""
     rows = [
         (Tally("SIGKILL of a CLI run holding its pool slot"), killed_cli_run_trial, cli),
         (Tally("SIGKILL of a daemon-launched run (dagster dev)"), killed_daemon_run_trial, daemon),
         (Tally("SIGTERM to a CLI run waiting for its pool slot"), waiting_run_stopped_trial, cli),
         (Tally("two warehouses on one server, a delivery to one"), two_warehouses_trial, warehouses),
         (Tally("Redis stopped mid distributed run, started again empty"), broker_stopped_trial, broker_stops),
+        (Tally("PostgreSQL stopped mid distributed run, started again"), server_lost_trial, server_stops),
     ]
     tallies = []
     for tally, trial, count in rows:
@@ -159,6 +169,7 @@ def main() -> int:
     parser.add_argument("--daemon-kills", type=int, default=2, help="daemon runs killed under dagster dev")
     parser.add_argument("--warehouses", type=int, default=1, help="two-warehouse trials")
     parser.add_argument("--broker-stops", type=int, default=1, help="Redis stopped mid distributed run")
+    parser.add_argument("--server-stops", type=int, default=1, help="PostgreSQL stopped mid distributed run")
     arguments = parser.parse_args()
     counts = [int(n) for n in arguments.concurrency.split(",") if n.strip()]
     pool_counts = [int(n) for n in arguments.pools.split(",") if n.strip()]
@@ -188,6 +199,7 @@ def main() -> int:
                 arguments.daemon_kills,
                 arguments.warehouses,
                 arguments.broker_stops,
+                arguments.server_stops,
             )
         if arguments.restarts:
             cluster = PrivateCluster()

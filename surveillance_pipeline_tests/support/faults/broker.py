@@ -21,6 +21,8 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from surveillance_pipeline.gbif.registry import packaged_registry_path
@@ -44,20 +46,21 @@ from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 STEP_LIMIT = 300.0
 
 
-def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: int) -> None:
-    root = bench.work / f"broker-{number}"
-    root.mkdir(parents=True)
+@contextmanager
+def one_species_reference(
+    root: Path, server_url: str, label: str
+) -> Iterator[tuple[dict[str, str], list[str], dict[str, object]]]:
+    """A registry of the packaged registry's first species, and what ``make run`` in one process (the
+    local profile, scratch databases on ``server_url``) leaves with it: the settings a trial's runs share,
+    the species' slugs, and the outputs' fingerprint to compare the trial's with."""
     registry = root / "species.csv"
     lines = packaged_registry_path().read_text(encoding="utf-8").splitlines()
     registry.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
     species = [lines[1].split(",")[1]]
     common = {"SURVEILLANCE_SPECIES_FILE": str(registry), "GBIF_SOURCE": "lab"}
     with (
-        scratch_database(server_url, f"surveillance_broker_{number}") as warehouse,
-        scratch_database(server_url, f"dagster_broker_{number}") as storage,
-        scratch_database(server_url, f"surveillance_broker_single_{number}") as reference_warehouse,
-        scratch_database(server_url, f"dagster_broker_single_{number}") as reference_storage,
-        PrivateRedis(root / "redis") as redis,
+        scratch_database(server_url, f"surveillance_{label}_single") as reference_warehouse,
+        scratch_database(server_url, f"dagster_{label}_single") as reference_storage,
     ):
         make_run_in_one_process(
             {
@@ -70,6 +73,18 @@ def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: in
             }
         )
         reference = outputs_fingerprint(reference_warehouse, root / "single_data")
+    yield common, species, reference
+
+
+def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: int) -> None:
+    root = bench.work / f"broker-{number}"
+    root.mkdir(parents=True)
+    with (
+        one_species_reference(root, server_url, f"broker_{number}") as (common, species, reference),
+        scratch_database(server_url, f"surveillance_broker_{number}") as warehouse,
+        scratch_database(server_url, f"dagster_broker_{number}") as storage,
+        PrivateRedis(root / "redis") as redis,
+    ):
         data = root / "data"
         extra = {**common, "SURVEILLANCE_PROFILE": "distributed", "REDIS_URL": redis.url}
         server = DagsterDev(root / "dagster_home", warehouse, storage, data, extra_env=extra)
