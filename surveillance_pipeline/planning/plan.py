@@ -127,6 +127,8 @@ class Step:
 
 
 SKIPPED = Step(SKIP, "nothing changed", False)
+# No delivery of the devil's yet (a registry without the devil): devil_snapshot loads nothing.
+NO_DELIVERY = "no delivery yet"
 ASKS_GBIF = Step(SKIP, "asks GBIF at run time: loads only if its answer changed", False)
 
 
@@ -414,7 +416,7 @@ class Planner:
     def devil(self) -> Step:
         path = newest_delivery(self.paths.deliveries(DEVIL_SLUG))
         if path is None:
-            return self.plan.add("devil_snapshot", WHOLE_TARGET, Step(SKIP, "no delivery yet", False))
+            return self.plan.add("devil_snapshot", WHOLE_TARGET, Step(SKIP, NO_DELIVERY, False))
         config = op_config("devil_snapshot")
         rules = SnapshotRules(cap=int(config.get("cap", 1000)), licenses=tuple(config.get("licenses", ())))
         parts = snapshot_job_parts(read_delivery(path), rules, snapshot_target())
@@ -453,6 +455,10 @@ class Planner:
                 upstream,
             ),
         )
+        if devil.reason == NO_DELIVERY:
+            # devil_snapshot ends without an output, and Dagster skips the export that reads it.
+            self.plan.add("devil_snapshot_export", WHOLE_TARGET, Step(SKIP, NO_DELIVERY, False))
+            return
         devil_policy = str(op_config("devil_snapshot_export").get("policy", DEFAULT_EXPORT_POLICY))
         upstream = [("devil_snapshot", devil)]
         if drops_flagged(devil_policy):

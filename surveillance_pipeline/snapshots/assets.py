@@ -59,11 +59,22 @@ class DevilSnapshotConfig(dg.Config):
     code_version=devil.DEVIL_SNAPSHOT.code_version,
     pool="devil_snapshot",
     description="The devil's newest delivery: the configured licenses, the first `cap` by md5(id::text) "
-    "then id. Holds exactly one delivery under a job key; transform and schema versions are registries.",
+    "then id. Holds exactly one delivery under a job key; transform and schema versions are registries. "
+    "With no delivery yet (a registry without the devil), it loads nothing and is not materialized.",
+    # A registry without the devil has no delivery: the step then ends without an output, so make run (and
+    # the whole-target job) succeeds, devil_snapshot_export is skipped, and the asset stays unmaterialized.
+    output_required=False,
 )
 def devil_snapshot(
     context: dg.AssetExecutionContext, config: DevilSnapshotConfig, paths: DataPaths, warehouse: Warehouse
 ) -> PartitionEvents:
+    folder = paths.deliveries(devil.DEVIL_SLUG)
+    if newest_delivery(folder) is None:
+        context.log.warning(
+            f"devil_snapshot: {folder}: no delivery yet, so nothing to load (write one, e.g. with the "
+            "lab_deliveries command)"
+        )
+        return
     delivery = newest_devil_delivery(paths)
     with warehouse.connect() as conn:
         outcome = devil.refresh_devil_snapshot(

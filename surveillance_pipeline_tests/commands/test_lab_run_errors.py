@@ -3,7 +3,6 @@
 import os
 import shutil
 import subprocess
-import sys
 
 import dagster as dg
 import psycopg
@@ -13,32 +12,12 @@ from psycopg import sql
 from surveillance_pipeline.commands.run import summarize
 from surveillance_pipeline.gbif.registry import packaged_registry_path, partition_keys
 from surveillance_pipeline.orchestration.partitions import species_partitions
-from surveillance_pipeline_tests.support.commands import verify_command
-from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, project_dagster_home
+from surveillance_pipeline_tests.support.commands import make_run_command, verify_command
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.pipeline import partitions_in_status, rows_md5
 
 pytestmark = [pytest.mark.db, pytest.mark.dagster]
-
-
-def _make_run(tmp_path, dagster_storage_url, database_url, data_dir, extra_env):
-    """`make run`'s own command in a process of its own, on the test's instance, warehouse and folder."""
-    env = {
-        **os.environ,
-        **project_dagster_home(tmp_path / "dagster_home", dagster_storage_url),
-        "SURVEILLANCE_DATABASE_URL": database_url,
-        "SURVEILLANCE_DATA_DIR": str(data_dir),
-        **extra_env,
-    }
-    return subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
@@ -49,7 +28,9 @@ def test_a_failed_first_step_on_an_empty_warehouse_ends_with_its_own_error(
     (data_dir / "downloads" / "bad.zip").write_text("this is not a zip\n")
     assert db.execute("SELECT to_regclass('provenance')").fetchone() == (None,)
     # As `make run` runs it, on the instance the fixture just wiped.
-    finished = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {"GBIF_SOURCE": "download"})
+    finished = make_run_command(
+        tmp_path, dagster_storage_url, database_url, data_dir, {"GBIF_SOURCE": "download"}
+    )
     output = finished.stdout + finished.stderr
     assert finished.returncode != 0, output
     assert "UndefinedTable" not in output and "Traceback" not in output, output
@@ -81,7 +62,7 @@ def test_a_species_that_fails_is_named_and_the_others_load(
         gbif.serve_lab_occurrences()
         gbif.edit_species(broken, _latitude_as_text)
         gbif_env = {"GBIF_SOURCE": "api", "GBIF_BASE_URL": gbif.base_url}
-        finished = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, gbif_env)
+        finished = make_run_command(tmp_path, dagster_storage_url, database_url, data_dir, gbif_env)
     output = finished.stdout + finished.stderr
     assert finished.returncode == 1, output
     assert "Traceback" not in output, output
@@ -116,7 +97,7 @@ def test_a_full_data_disk_is_said_once_with_the_folder_and_the_room_needed_and_t
     db, database_url, dagster_storage_url, postgres_instance, tmp_path, small_disk
 ):
     data_dir = small_disk / "data"
-    failed = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {})
+    failed = make_run_command(tmp_path, dagster_storage_url, database_url, data_dir, {})
     assert failed.returncode != 0, failed.stdout + failed.stderr
     said = [line for line in failed.stderr.splitlines() if line.startswith("make run: ")]
     full = [line for line in said if "No space left on device" in line]
@@ -127,7 +108,7 @@ def test_a_full_data_disk_is_said_once_with_the_folder_and_the_room_needed_and_t
     assert "MB free there" in full[0] and "Traceback" not in failed.stderr
     # Grown, the same folder completes: every partition loaded, the warehouse's tables whole.
     subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)  # noqa: S607
-    again = _make_run(tmp_path, dagster_storage_url, database_url, data_dir, {})
+    again = make_run_command(tmp_path, dagster_storage_url, database_url, data_dir, {})
     assert again.returncode == 0, again.stdout + again.stderr
     assert db.execute("SELECT count(*) FROM occurrences").fetchone() == (26391,)
 
@@ -178,7 +159,7 @@ def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_
     registry.write_text("\n".join(lines[:7]) + "\n", encoding="utf-8")
     env = {"SURVEILLANCE_SPECIES_FILE": str(registry)}
     data_dir = tmp_path / "data"
-    first = _make_run(tmp_path, dagster_storage_url, url, data_dir, env)
+    first = make_run_command(tmp_path, dagster_storage_url, url, data_dir, env)
     assert first.returncode == 0, first.stdout + first.stderr
     before = _held(url)
     assert len(before[0]) == 6
@@ -190,7 +171,7 @@ def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_
     quality_file = tmp_path / "quality.yaml"
     quality_file.write_text("old_before_year: 1950\n", encoding="utf-8")
     env["SURVEILLANCE_QUALITY_FILE"] = str(quality_file)
-    failed = _make_run(tmp_path, dagster_storage_url, url, data_dir, env)
+    failed = make_run_command(tmp_path, dagster_storage_url, url, data_dir, env)
     assert failed.returncode != 0, failed.stdout + failed.stderr
     said = [line for line in failed.stderr.splitlines() if line.startswith("make run: ")]
     full = [line for line in said if "could not extend file" in line]
@@ -202,7 +183,7 @@ def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_
     assert verified.returncode == 0, verified.stdout + verified.stderr
     # With room again, the next run loads the new flags.
     (mount_point / "filler").unlink()
-    again = _make_run(tmp_path, dagster_storage_url, url, data_dir, env)
+    again = make_run_command(tmp_path, dagster_storage_url, url, data_dir, env)
     assert again.returncode == 0, again.stdout + again.stderr
     after = _held(url)
     assert [slug for slug, _ in after[0]] == [slug for slug, _ in before[0]]
