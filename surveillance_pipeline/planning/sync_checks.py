@@ -77,8 +77,9 @@ def sync_result(asset: str, rows: Sequence[Sequence[str]]) -> dict[str, Any]:
             parts.append(f"{len(missing)} missing (never loaded): {', '.join(missing[:LISTED])}{more}")
         keys = ",".join(partition for partition, _ in rows)
         description = (
-            f"{len(rows)} partitions would load on the next run; {'; '.join(parts)}. Launch them: "
-            f"Materialize {asset} (or its job species_assets) with the partitions {keys}, or `make run`."
+            f"{len(rows)} partition{'s' if len(rows) != 1 else ''} would load on the next run; "
+            f"{'; '.join(parts)}. Launch {'them' if len(rows) != 1 else 'it'}: Materialize {asset} (or its "
+            f"job species_assets) with the partition{'s' if len(rows) != 1 else ''} {keys}, or `make run`."
         )
     return {
         "asset_key": dg.AssetKey(asset),

@@ -402,8 +402,27 @@ def test_a_partition_loaded_with_other_config_shows_unsynced_on_each_asset_it_re
     for reader in ("occurrence_sample", "masked_release", "region_assignment", "occurrence_quality"):
         passed, description = reported[reader]
         assert not passed and f"{first} (input changed" in description, (reader, description)
-        assert "Launch them: Materialize" in description
+        assert "Materialize" in description and "or `make run`." in description
     # The next run loads them back to the configured snapshot: the checks no longer name that species.
     warehouse.run()
     reported, _ = sync_reports(warehouse, cursor)
     assert all(first not in description for _, description in reported.values()), reported
+
+
+def test_the_sync_check_says_one_partition_in_the_singular_and_lists_missing_after_unsynced() -> None:
+    from surveillance_pipeline.planning.sync_checks import sync_result
+
+    one = sync_result("masked_release", [("sarcophilus-harrisii", "input changed (after occurrences)")])
+    assert not one["passed"]
+    assert one["description"] == (
+        "1 partition would load on the next run; 1 unsynced or edited: sarcophilus-harrisii (input changed "
+        "(after occurrences)). Launch it: Materialize masked_release (or its job species_assets) with the "
+        "partition sarcophilus-harrisii, or `make run`."
+    )
+    two = sync_result("occurrences", [("b", "first load"), ("a", "config changed")])
+    assert two["description"].startswith(
+        "2 partitions would load on the next run; 1 unsynced or edited: a (config changed); "
+        "1 missing (never loaded): b. Launch them: Materialize occurrences (or its job species_assets) with "
+        "the partitions b,a"
+    ), two["description"]
+    assert sync_result("occurrences", [])["passed"]
