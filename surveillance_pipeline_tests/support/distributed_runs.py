@@ -3,8 +3,6 @@ declares, and the tables and files, provenance and failures to compare runs by."
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
@@ -12,7 +10,8 @@ import psycopg
 from surveillance_pipeline.definitions import defs
 from surveillance_pipeline.orchestration.jobs import SPECIES_ASSETS_JOB
 from surveillance_pipeline.orchestration.outputs import DeclaredOutputs, declared_outputs
-from surveillance_pipeline_tests.support.dagster_dev import PROJECT_ROOT, DagsterDev
+from surveillance_pipeline_tests.support.commands import run_make_run
+from surveillance_pipeline_tests.support.dagster_dev import DagsterDev
 from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.pipeline import rows_md5
 
@@ -75,12 +74,5 @@ def run_failures(server: DagsterDev, run_id: str) -> list[str]:
 
 def make_run_in_one_process(env: dict[str, str]) -> None:
     """make run's own command, in one process (the local profile, unless ``env`` says otherwise)."""
-    completed = subprocess.run(  # noqa: S603  # fixed argv, no shell
-        [sys.executable, "-m", "surveillance_pipeline.commands.make_run"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    completed = run_make_run(env)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

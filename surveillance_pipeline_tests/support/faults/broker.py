@@ -102,17 +102,30 @@ def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: in
     tally.add(intact, consistent, converged, note)
 
 
-def _stop_the_broker_inside_a_load(
-    server: DagsterDev, workers: Workers, warehouse: str, species: list[str], root: Path, redis: PrivateRedis
-) -> tuple[bool, bool, bool, str]:
+def hold_the_first_load(
+    server: DagsterDev, workers: Workers, species: list[str], root: Path
+) -> tuple[str, Path, float] | None:
+    """A worker whose first load waits just before its COMMIT, and a backfill of the species' assets, once
+    that load is held: (the backfill, the file whose ``.release`` lets the load go, the trial's deadline);
+    None when no load was held within STEP_LIMIT."""
     signal_file = root / "worker.signal"
     workers.start("worker1", held_before_commit(signal_file))
     backfill = server.launch_backfill(SPECIES_ASSETS, species)
     deadline = time.monotonic() + STEP_LIMIT
     while not signal_file.exists():
         if time.monotonic() > deadline:
-            return False, False, False, "the worker never reached a load's COMMIT"
+            return None
         time.sleep(0.2)
+    return backfill, signal_file, deadline
+
+
+def _stop_the_broker_inside_a_load(
+    server: DagsterDev, workers: Workers, warehouse: str, species: list[str], root: Path, redis: PrivateRedis
+) -> tuple[bool, bool, bool, str]:
+    held = hold_the_first_load(server, workers, species, root)
+    if held is None:
+        return False, False, False, "the worker never reached a load's COMMIT"
+    backfill, signal_file, deadline = held
     redis.stop()
     stopped = time.monotonic()
     status, lost_runs = server.wait_backfill(backfill, timeout=STEP_LIMIT)

@@ -36,10 +36,13 @@ from surveillance_pipeline_tests.support.distributed_runs import (
     run_failures,
     species_provenance,
 )
-from surveillance_pipeline_tests.support.faults.broker import STEP_LIMIT, one_species_reference
+from surveillance_pipeline_tests.support.faults.broker import (
+    STEP_LIMIT,
+    hold_the_first_load,
+    one_species_reference,
+)
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.faults.harness import Bench, Tally
-from surveillance_pipeline_tests.support.faults.points import held_before_commit
 from surveillance_pipeline_tests.support.redis_server import PrivateRedis
 
 RUNS_QUERY = "{ runsOrError(limit: 5) { __typename ... on Runs { results { runId status } } } }"
@@ -101,14 +104,10 @@ def _answering_again(server: DagsterDev) -> tuple[float | None, str]:
 def _stop_the_server_inside_a_load(
     server: DagsterDev, workers: Workers, cluster: PrivateCluster, species: list[str], root: Path
 ) -> tuple[bool, bool, bool, str]:
-    signal_file = root / "worker.signal"
-    workers.start("worker1", held_before_commit(signal_file))
-    backfill = server.launch_backfill(SPECIES_ASSETS, species)
-    deadline = time.monotonic() + STEP_LIMIT
-    while not signal_file.exists():
-        if time.monotonic() > deadline:
-            return False, False, False, "the worker never reached a load's COMMIT"
-        time.sleep(0.2)
+    held = hold_the_first_load(server, workers, species, root)
+    if held is None:
+        return False, False, False, "the worker never reached a load's COMMIT"
+    backfill, signal_file, deadline = held
     ended = len(re.findall(TASK_ENDED, workers.log("worker1"), re.M))
     cluster.stop_immediately()
     stopped = time.monotonic()
