@@ -76,10 +76,17 @@ found" where a search of dagster-io/dagster's issues found no request for it):
 - ``set_celery_step_poll_seconds``: dagster-celery's run loop pauses ``TICK_SECONDS`` (1 s, a module
   global) between looks at its steps, so each step of a chain waited half a second on average before its
   successor was sent; the distributed executor sets 0.2 s. None found.
+- ``celery_execution_loop`` (dagster-celery's ``core_celery_execution_loop`` and its task submission,
+  ``dagster_celery.executor._submit_task``): ``CeleryExecutor.execute`` with each step's Celery result
+  wrapped, so that the run loop's look at a step (``ready()``) can notice Redis restarted empty under
+  it. Such a restart loses the steps queued in it, and the loop then waits for their results forever
+  (seen 2026-12-06: a backfill's run still STARTED 300 s after a Redis restart). test_dagster_internals
+  pins upstream's ``execute`` to the call this makes. None found upstream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -154,6 +161,7 @@ __all__ = [
     "SqlEventLogStorageTable",
     "UnresolvedAssetJobDefinition",
     "UserConfigSchema",
+    "celery_execution_loop",
     "create_step_task",
     "execute_in_code_location",
     "get_input_data_version_tag",
@@ -296,6 +304,19 @@ def executor_state(frame: FrameType | None) -> str:
     if EXECUTOR_LOOP_FRAME in names:
         return "waiting"
     return "done"
+
+
+def celery_execution_loop(plan_context: Any, execution_plan: Any, watch: Callable[[Any], Any]) -> Any:
+    """What dagster-celery's ``CeleryExecutor.execute`` returns (its run loop's events), each step's Celery
+    result (an ``AsyncResult``) passed through ``watch`` as it is sent; the loop then asks ``watch``'s
+    answer whether the step is done (``ready()``, then ``get()``, ``revoke()``)."""
+    from dagster_celery.core_execution_loop import core_celery_execution_loop
+    from dagster_celery.executor import _submit_task
+
+    def submit(*arguments: Any) -> Any:
+        return watch(_submit_task(*arguments))
+
+    return core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
 
 
 def set_celery_step_poll_seconds(seconds: float) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -45,6 +46,7 @@ from surveillance_pipeline.core.settings import (
 from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.dagster_internals import (
     SerializableErrorInfo,
+    celery_execution_loop,
     set_celery_step_poll_seconds,
 )
 from surveillance_pipeline.orchestration.error_words import one_line, raised_by_the_step
@@ -216,8 +218,11 @@ def _settings_recording(celery_executor: dg.ExecutorDefinition) -> dg.ExecutorDe
             claim_run_process(
                 plan_context.instance, plan_context.dagster_run, plan_context.log, stop_promptly=False
             )
+            watch = BrokerRestartWatch(redis_url())
             return _in_its_own_words(
-                super().execute(plan_context, execution_plan), plan_context.instance, plan_context.run_id
+                celery_execution_loop(plan_context, execution_plan, watch.result),
+                plan_context.instance,
+                plan_context.run_id,
             )
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
@@ -248,6 +253,8 @@ def _in_its_own_words(events: Iterator[Any], instance: dg.DagsterInstance, run_i
       "Retry limit exceeded while trying to reconnect to the Celery result store backend. The Celery
       application must be restarted.", which names neither Redis nor what to do (measured 2026-12-06: the
       three runs of a backfill failed 3 to 27 s after Redis stopped).
+    - **Redis restarted empty** (``BrokerRestartWatch``): the steps queued in it are gone, and the loop
+      would wait for their results for good; the run stops, saying so.
     - **A step failed on a worker before it could report it** (a worker's resources refusing the run's
       settings): dagster-celery fails the run with "DagsterSubprocessError: During celery execution errors
       occurred in workers: [gbif_raw]: DagsterError: Error executing resource_fn on ResourceDefinition
@@ -256,6 +263,8 @@ def _in_its_own_words(events: Iterator[Any], instance: dg.DagsterInstance, run_i
     """
     try:
         yield from events
+    except BrokerRestarted as error:
+        raise dg.Failure(description=str(error)) from error
     except Exception as error:
         cause = broker_failure(error)
         if cause is not None:
@@ -276,6 +285,94 @@ def _in_its_own_words(events: Iterator[Any], instance: dg.DagsterInstance, run_i
             if said:
                 raise dg.Failure(description=said) from error
         raise
+
+
+# How often the run loop's look at a step may ask Redis whether it restarted (one INFO round trip).
+RESTART_CHECK_SECONDS = 2.0
+
+
+class BrokerRestarted(RuntimeError):
+    """Redis restarted under a run without its data: the steps the run had queued in it are gone."""
+
+
+class BrokerRestartWatch:
+    """Notices the steps' Redis restarting empty in the middle of a run.
+
+    Redis gives each start of its server a new ``run_id``. Restarted without its data (no persistence, or
+    a new server at the same address), it has lost every step the run had queued and every result not
+    yet read, and dagster-celery's loop would wait for them forever: a backfill's run was still STARTED
+    300 s after Redis was stopped and started again empty at once (2026-12-06; a restart after 3 s was
+    caught by Celery's own reconnection errors instead, 27 s after the stop). Restarted with its data (a
+    clean ``systemctl restart redis-server`` saves and loads its dump), it loaded keys, and the run goes
+    on. Unreachable, it is left to Celery's errors (broker_failure).
+    """
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._run_id = self._server_run_id()
+        self._checked = time.monotonic()
+
+    def _server_run_id(self) -> str | None:
+        import redis
+
+        try:
+            return str(self._client.info("server")["run_id"])
+        except (redis.RedisError, OSError, KeyError):
+            return None
+
+    def check(self) -> None:
+        """Raise BrokerRestarted when Redis restarted empty since the last check (at most every
+        RESTART_CHECK_SECONDS)."""
+        import redis
+
+        if time.monotonic() - self._checked < RESTART_CHECK_SECONDS:
+            return
+        self._checked = time.monotonic()
+        try:
+            info = self._client.info()
+        except (redis.RedisError, OSError):
+            return
+        run_id = str(info.get("run_id"))
+        if self._run_id is None or run_id == self._run_id:
+            self._run_id = run_id
+            return
+        self._run_id = run_id
+        if int(info.get("rdb_last_load_keys_loaded", 0)) == 0:
+            raise BrokerRestarted(broker_restarted_message())
+
+    def result(self, async_result: Any) -> Any:
+        """``async_result`` as the run loop sees it: the watch checks Redis before each look at it."""
+        return _WatchedResult(async_result, self)
+
+
+class _WatchedResult:
+    """A step's Celery result whose ``ready()`` first checks that Redis has not restarted empty."""
+
+    def __init__(self, result: Any, watch: BrokerRestartWatch) -> None:
+        self._result = result
+        self._watch = watch
+
+    def ready(self) -> bool:
+        self._watch.check()
+        return bool(self._result.ready())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+
+def broker_restarted_message() -> str:
+    """One line: which broker restarted empty (host and port only), what that lost, and what to do."""
+    parts = urlsplit(redis_url())
+    where = f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    return (
+        f"the steps' broker, Redis at {where} ({REDIS_URL_VARIABLE}), restarted without its data in the "
+        "middle of the run, so the steps this run had queued in it are gone and this run stops. A step "
+        "already on a worker finishes or rolls back, and every load is a job-key refresh: launch the "
+        "failed partitions again (make run, or the backfill's failed partitions in the UI) and what "
+        "committed is skipped."
+    )
 
 
 def worker_failure_words(failures: Iterable[tuple[str | None, SerializableErrorInfo | None]]) -> str | None:

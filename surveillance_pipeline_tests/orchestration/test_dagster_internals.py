@@ -201,6 +201,29 @@ def test_dagster_celerys_run_loop_pauses_on_the_tick_the_distributed_executor_se
         core_execution_loop.TICK_SECONDS = before
 
 
+def test_dagster_celerys_executor_is_its_run_loop_with_its_task_submission():
+    """celery_execution_loop stands in for CeleryExecutor.execute, with each step's result watched: an
+    upgrade whose execute does more (or submits otherwise) fails here."""
+    import inspect
+
+    from dagster_celery.core_execution_loop import core_celery_execution_loop
+    from dagster_celery.executor import CeleryExecutor, _submit_task
+
+    body = " ".join(inspect.getsource(CeleryExecutor.execute).split())
+    assert body.endswith(
+        "return core_celery_execution_loop( plan_context, execution_plan, step_execution_fn=_submit_task )"
+    ), body
+    assert list(inspect.signature(_submit_task).parameters) == [
+        "app",
+        "plan_context",
+        "step",
+        "queue",
+        "priority",
+        "known_state",
+    ]
+    assert "step_execution_fn" in inspect.signature(core_celery_execution_loop).parameters
+
+
 # sha256 of dagster_celery.tasks.create_task's source in dagster-celery 0.29.27, which create_step_task
 # copies but for its instance.
 UPSTREAM_STEP_TASK_SHA256 = "e3b5bcffe2de99010a7e48df2e260e2a3e81095a4f80eb39274f0739ff5df23d"
