@@ -3,7 +3,7 @@
     python -m faults [--kills 20] [--restarts 10] [--terminates 6]
                                                 [--concurrency 2,3,4] [--dagster-kills 3]
                                                 [--daemon-kills 2] [--warehouses 1] [--broker-stops 1]
-                                                [--server-stops 1]
+                                                [--broker-restarts 1] [--server-stops 1]
 
 Kills, dropped connections and overlapping runs use a scratch database on the project's server; the
 restarts, and the server stopped under a distributed run, use a private throwaway cluster (cluster.py), so
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from surveillance_pipeline.core.fault_points import FAULT_POINTS
 from surveillance_pipeline_tests.conftest import scratch_database
-from surveillance_pipeline_tests.support.faults.broker import broker_stopped_trial
+from surveillance_pipeline_tests.support.faults.broker import broker_restarted_trial, broker_stopped_trial
 from surveillance_pipeline_tests.support.faults.cluster import PrivateCluster
 from surveillance_pipeline_tests.support.faults.dagster_runs import (
     killed_cli_run_trial,
@@ -135,6 +135,7 @@ def run_dagster_rows(
     daemon: int,
     warehouses: int,
     broker_stops: int,
+    broker_restarts: int,
     server_stops: int,
 ) -> list[Tally]:
     """Kills of runs Dagster started (CLI and daemon) holding a pool slot, two warehouses apart, and Redis
@@ -145,6 +146,7 @@ def run_dagster_rows(
         (Tally("SIGTERM to a CLI run waiting for its pool slot"), waiting_run_stopped_trial, cli),
         (Tally("two warehouses on one server, a delivery to one"), two_warehouses_trial, warehouses),
         (Tally("Redis stopped mid distributed run, started again empty"), broker_stopped_trial, broker_stops),
+        (Tally("Redis restarted empty at once mid distributed run"), broker_restarted_trial, broker_restarts),
         (Tally("PostgreSQL stopped mid distributed run, started again"), server_lost_trial, server_stops),
     ]
     tallies = []
@@ -169,6 +171,9 @@ def main() -> int:
     parser.add_argument("--daemon-kills", type=int, default=2, help="daemon runs killed under dagster dev")
     parser.add_argument("--warehouses", type=int, default=1, help="two-warehouse trials")
     parser.add_argument("--broker-stops", type=int, default=1, help="Redis stopped mid distributed run")
+    parser.add_argument(
+        "--broker-restarts", type=int, default=1, help="Redis restarted empty at once mid distributed run"
+    )
     parser.add_argument("--server-stops", type=int, default=1, help="PostgreSQL stopped mid distributed run")
     arguments = parser.parse_args()
     counts = [int(n) for n in arguments.concurrency.split(",") if n.strip()]
@@ -199,6 +204,7 @@ def main() -> int:
                 arguments.daemon_kills,
                 arguments.warehouses,
                 arguments.broker_stops,
+                arguments.broker_restarts,
                 arguments.server_stops,
             )
         if arguments.restarts:

@@ -1,13 +1,15 @@
-"""make faults' broker row: Redis stopped in the middle of a distributed run, then started again empty.
+"""make faults' broker rows: Redis stopped in the middle of a distributed run, then started again empty.
 
 Under the distributed profile (a real `dagster dev`, a private Redis, one Celery worker as `make workers`
 starts it, a registry of one species), a backfill of the species' assets runs until the worker's first
-load is held just before its COMMIT (the fault suite's hook). Redis is stopped. Once the run has failed,
-Redis is started again, empty (the private Redis persists nothing, the worst case), and the held load is
-let go. Then the same partitions are launched again. A trial counts as:
+load is held just before its COMMIT (the fault suite's hook). Redis is stopped, and started again empty
+(the private Redis persists nothing, the worst case): once the run has failed (Celery's reconnection
+gives up), or at once, before Celery notices (the run loop's watch sees a new server that loaded no
+data, distributed.py). The held load is let go; then the same partitions are launched again. A trial
+counts as:
 
 - target intact: after the failure, every table partition the warehouse holds is the snapshot its state
-  row names (`make verify`'s check), and the run's failure names Redis at its port;
+  row names (`make verify`'s check), and the run's failure names Redis at its port and what happened;
 - state consistent: across both backfills, no partition was loaded twice;
 - converged: the second backfill succeeded, every species asset's partition was loaded, and the tables
   and files equal `make run`'s in one process on the same registry.
@@ -77,6 +79,16 @@ def one_species_reference(
 
 
 def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: int) -> None:
+    """Redis stopped; started again, empty, once the run has failed."""
+    _broker_trial(bench, tally, server_url, number, at_once=False)
+
+
+def broker_restarted_trial(bench: Bench, tally: Tally, server_url: str, number: int) -> None:
+    """Redis stopped and started again, empty, at once: before Celery notices it was gone."""
+    _broker_trial(bench, tally, server_url, 100 + number, at_once=True)
+
+
+def _broker_trial(bench: Bench, tally: Tally, server_url: str, number: int, at_once: bool) -> None:
     root = bench.work / f"broker-{number}"
     root.mkdir(parents=True)
     with (
@@ -91,7 +103,9 @@ def broker_stopped_trial(bench: Bench, tally: Tally, server_url: str, number: in
         server.start()
         try:
             with workers_running(server.env, root, []) as workers:
-                outcome = _stop_the_broker_inside_a_load(server, workers, warehouse, species, root, redis)
+                outcome = _stop_the_broker_inside_a_load(
+                    server, workers, warehouse, species, root, redis, at_once
+                )
         finally:
             server.stop()
         intact, consistent, converged, note = outcome
@@ -120,25 +134,37 @@ def hold_the_first_load(
 
 
 def _stop_the_broker_inside_a_load(
-    server: DagsterDev, workers: Workers, warehouse: str, species: list[str], root: Path, redis: PrivateRedis
+    server: DagsterDev,
+    workers: Workers,
+    warehouse: str,
+    species: list[str],
+    root: Path,
+    redis: PrivateRedis,
+    at_once: bool,
 ) -> tuple[bool, bool, bool, str]:
     held = hold_the_first_load(server, workers, species, root)
     if held is None:
         return False, False, False, "the worker never reached a load's COMMIT"
     backfill, signal_file, deadline = held
+    ended = len(re.findall(TASK_ENDED, workers.log("worker1"), re.M))
     redis.stop()
     stopped = time.monotonic()
-    status, lost_runs = server.wait_backfill(backfill, timeout=STEP_LIMIT)
+    if at_once:
+        # Restarted empty before Celery notices: the steps queued in it are gone.
+        redis.start()
+        Path(f"{signal_file}.release").touch()
+        status, lost_runs = server.wait_backfill(backfill, timeout=STEP_LIMIT)
+    else:
+        status, lost_runs = server.wait_backfill(backfill, timeout=STEP_LIMIT)
+        redis.start()
+        Path(f"{signal_file}.release").touch()
     failed_after = time.monotonic() - stopped
-    redis.start()
-    log = workers.log("worker1")
-    ended = len(re.findall(TASK_ENDED, log, re.M))
-    Path(f"{signal_file}.release").touch()
     said = [message for run_id in lost_runs for message in run_failures(server, run_id)]
+    words = "restarted without its data" if at_once else "stopped answering"
     named = (
         status != "COMPLETED_SUCCESS"
         and len(said) == len(lost_runs)
-        and all(f"Redis at 127.0.0.1:{redis.port} (REDIS_URL), stopped answering" in text for text in said)
+        and all(f"Redis at 127.0.0.1:{redis.port} (REDIS_URL), {words}" in text for text in said)
     )
     # The held load commits, and the worker reconnects to the new Redis by itself.
     while len(re.findall(TASK_ENDED, workers.log("worker1"), re.M)) == ended:
@@ -157,8 +183,8 @@ def _stop_the_broker_inside_a_load(
     every = {(asset, slug) for asset in SPECIES_ASSETS for slug in species}
     converged = retry_status == "COMPLETED_SUCCESS" and set(loaded) == every
     note = (
-        f"run failed {failed_after:.0f} s after Redis stopped, naming it; launched again, done in "
-        f"{time.monotonic() - started:.0f} s"
+        f"run failed {failed_after:.0f} s after Redis {'restarted' if at_once else 'stopped'}, naming it; "
+        f"launched again, done in {time.monotonic() - started:.0f} s"
     )
     if not converged:
         note = f"launched again: {retry_status}; not loaded: {sorted(every - set(loaded))}"
