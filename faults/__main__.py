@@ -139,7 +139,7 @@ def run_dagster_rows(
     server_stops: int,
 ) -> list[Tally]:
     """Kills of runs Dagster started (CLI and daemon) holding a pool slot, two warehouses apart, and Redis
-    or PostgreSQL stopped under a distributed run."""
+    stopped or restarted, or PostgreSQL stopped, under a distributed run."""
     rows = [
         (Tally("SIGKILL of a CLI run holding its pool slot"), killed_cli_run_trial, cli),
         (Tally("SIGKILL of a daemon-launched run (dagster dev)"), killed_daemon_run_trial, daemon),

@@ -14,7 +14,7 @@ partitions are launched again if it did not succeed. A trial counts as:
 - converged: the last backfill succeeded, every species asset's partition was loaded, and the tables and
   files equal `make run`'s in one process on the same registry.
 
-About three minutes a trial; the test suite leaves it here (its distributed session takes minutes already).
+About 150 s a trial; the test suite leaves it here (its distributed session takes minutes already).
 """
 
 from __future__ import annotations
