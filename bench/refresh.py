@@ -56,11 +56,12 @@ with duckdb.connect() as con:
     con.execute(f"COPY ({differ}) TO '{gone}' (HEADER true)")
     con.execute(f"COPY (SELECT * FROM new EXCEPT SELECT * FROM old) TO '{came}' (HEADER true)")
 """
-# psql applying the changes: -v gone=<csv> (ids to delete) and the changed and added rows on stdin.
+# psql applying the changes: the ids to delete from the CSV named in the script ({gone}), the changed and
+# added rows on stdin.
 APPLY_SQL = """\\set ON_ERROR_STOP 1
 BEGIN;
 CREATE TEMPORARY TABLE gone (id bigint) ON COMMIT DROP;
-\\copy gone FROM :'gone' WITH (FORMAT csv, HEADER true)
+\\copy gone FROM {gone} WITH (FORMAT csv, HEADER true)
 DELETE FROM limit_occurrences AS o USING gone AS g WHERE o.id = g.id;
 CREATE TEMPORARY TABLE staging (
     id bigint, year integer, longitude double precision, latitude double precision, license text
@@ -160,10 +161,12 @@ def measure_floor(url: str, base: Path, later: Path, work: Path, logs: Path) -> 
                 stdin=old_csv,
             )
             script = work / "floor-apply.sql"
-            script.write_text(APPLY_SQL, encoding="utf-8")
+            # psql expands no variable in \copy's file name: the path is written into the script.
+            quoted = "'" + str(gone).replace("'", "''") + "'"
+            script.write_text(APPLY_SQL.replace("{gone}", quoted), encoding="utf-8")
             apply = run_measured(
                 "floor-apply",
-                [*psql, "-v", f"gone={gone}", "-f", str(script)],
+                [*psql, "-f", str(script)],
                 libpq_environment(url),
                 logs,
                 rss_cap_kb,
@@ -288,6 +291,9 @@ def markdown(section: dict[str, Any]) -> str:
             f"| {floor.get('seconds', 0):.1f} ({steps.get('unzip', 0):.1f} + {steps.get('duckdb', 0):.1f} + "
             f"{steps.get('psql_apply', 0):.1f}) | {r['vs_first']} | {r['vs_floor']} | {equal} |"
         )
+        if floor.get("error"):
+            # A floor step that failed measured nothing: say so beside the figure, never silently.
+            lines.append(f"| | | | **floor step failed**: {floor['error']} | | | |")
     for size in section["sizes"]:
         later = size["later"]
         lines += [
