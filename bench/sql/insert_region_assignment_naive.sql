@@ -2,10 +2,11 @@
 -- (and geocoded points) into {table}, a table shaped and indexed like region_assignment. Within: the
 -- covering region with the lowest id. Outside every region: among the %(k)s nearest regions by the GiST
 -- index's planar <->, the least spheroid distance rounded to the millimetre, then the lowest id.
-INSERT INTO {table} (id, species_id, point_source, region_id, method, distance_m)
+INSERT INTO {table} (id, species_id, point_source, geom, region_id, method, distance_m)
 SELECT p.id,
        %(species_id)s,
        p.point_source,
+       p.geom,
        coalesce(w.region_id, n.region_id),
        CASE WHEN w.region_id IS NOT NULL THEN 'within' ELSE 'nearest' END,
        CASE WHEN w.region_id IS NOT NULL THEN 0 ELSE n.distance_m END::double precision

@@ -72,9 +72,14 @@ def apply_record_delta(
     next_table: str,
     held: Fingerprint,
     share_limit: float,
+    only_ids: str | None = None,
 ) -> Delta:
     """Bring the partition to the rows in ``next_table`` (a temporary table of the target's columns, in
     its order) by the records that differ; ``held`` is the fingerprint the partition holds now.
+
+    ``only_ids``: a temporary table of the gbifIDs (column ``id``) whose rows may differ, when the caller
+    knows them; ``next_table`` then holds the new rows of those alone (one named there and absent from
+    ``next_table`` is removed), and every other held row is left unread.
 
     When more than ``share_limit`` of the records (of the more numerous side) differ, nothing is written
     and ``next_table`` is dropped: the caller reloads whole.
@@ -88,11 +93,17 @@ def apply_record_delta(
         held_table = target.name
         where = sql.SQL("{} = %(ref)s").format(sql.Identifier("held", target.partition_column))
         params = {"ref": int(partition_ref)}
+    if only_ids is not None:
+        where = sql.SQL("{} AND {} IN (SELECT id FROM {})").format(
+            where, sql.Identifier("held", "id"), sql.Identifier(only_ids)
+        )
     names = {"next": sql.Identifier(next_table), "held": sql.Identifier(held_table), "where": where}
     conn.execute(load_sql(CORE, "create_record_changes").format(**names), params)
     counted = conn.execute(load_sql(CORE, "select_record_changes").format(**names)).fetchone()
     assert counted is not None
     added, changed, removed, rows = (int(value) for value in counted)
+    if only_ids is not None:
+        rows = held.rows + added - removed  # next_table holds the rows of only_ids
     if added + changed + removed > share_limit * max(rows, held.rows, 1):
         conn.execute(load_sql(CORE, "drop_record_changes").format(**names))
         return Delta(RecordChanges(added, changed, removed, rows, applied=False), None)

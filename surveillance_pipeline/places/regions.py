@@ -8,6 +8,8 @@ so another layer reloads every assignment and the same layer skips.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,10 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.core.errors import InputError
-from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
+from surveillance_pipeline.core.fingerprints import Fingerprint
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file
 from surveillance_pipeline.core.partition_files import read_memo, replace_file
+from surveillance_pipeline.core.record_delta import Delta, apply_record_delta
 from surveillance_pipeline.core.refresh import (
     NOTHING_CHANGED,
     SKIPPED,
@@ -37,10 +41,13 @@ from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES
 
 PACKAGE = "surveillance_pipeline.places"
 REGIONS = Target("regions", PACKAGE, "create_regions")
-# Schema 2: keyed by (species_id, id), not id (create_region_assignment.sql).
+# Schema 2: keyed by (species_id, id), not id; 3: the assigned point kept (create_region_assignment.sql).
 REGION_ASSIGNMENT = Target(
-    "region_assignment", PACKAGE, "create_region_assignment", schema_version=2, partition_column="species_id"
+    "region_assignment", PACKAGE, "create_region_assignment", schema_version=3, partition_column="species_id"
 )
+# A delta pays while few records moved: past this share of the species' records, it reassigns whole.
+DELTA_SHARE_LIMIT = 0.3
+NEXT_ASSIGNMENT = "next_region_assignment"
 
 
 @dataclass(frozen=True)
@@ -155,9 +162,11 @@ def assign_points(conn: psycopg.Connection, points: list[tuple[int, float, float
             for point_id, longitude, latitude in points:
                 copy.write_row((point_id, POINTS_SPECIES, f"SRID=4326;POINT({longitude!r} {latitude!r})"))
         conn.execute("ANALYZE assignment_points")
-        return conn.execute(
+        rows = conn.execute(
             _assignments("assignment_points", "assignment_geocoded"), {"species_id": POINTS_SPECIES}
         ).fetchall()
+        # The point each row was assigned by is the one given: left out.
+        return [(id_, source, region, method, distance) for id_, source, _, region, method, distance in rows]
 
 
 def insert_assignments(table: sql.Identifier) -> sql.Composed:
@@ -182,11 +191,13 @@ def assignment_parts(conn: psycopg.Connection, species: Species, layer: RegionLa
         name: upstream_job_key(conn, target, species.slug if per_species else WHOLE_TARGET)
         for name, target, per_species in ASSIGNMENT_INPUTS
     }
-    return _assignment_parts_of(inputs, layer)
+    return assignment_parts_of(inputs, layer)
 
 
-def _assignment_parts_of(inputs: dict[str, str], layer: RegionLayer) -> JobKeyParts:
-    return REGION_ASSIGNMENT.key_parts(sha256_hex(canonical_json(inputs).encode("utf-8")), layer.config())
+def assignment_parts_of(inputs: dict[str, str], layer: RegionLayer) -> JobKeyParts:
+    """The inputs' canonical JSON itself is the key's input, not its hash: a delta can tell whether the
+    layer is the one the held rows were assigned under."""
+    return REGION_ASSIGNMENT.key_parts(canonical_json(inputs), layer.config())
 
 
 def held_assignment_inputs(conn: psycopg.Connection) -> HeldKeys:
@@ -203,7 +214,7 @@ def likely_assignment_parts(held: HeldKeys, species: Species, layer: RegionLayer
     }
     if any(key is None for key in inputs.values()):
         return None
-    return _assignment_parts_of({name: str(key) for name, key in inputs.items()}, layer)
+    return assignment_parts_of({name: str(key) for name, key in inputs.items()}, layer)
 
 
 def refresh_region_assignment(
@@ -215,6 +226,9 @@ def refresh_region_assignment(
     held: HeldKeys | None = None,
 ) -> RefreshOutcome:
     """Make ``region_assignment`` hold this species' regions under the loaded layer, or skip.
+
+    When only the records changed (the layer and config the same), only the records whose point moved,
+    appeared or went are reassigned (``reassign_moved_points``).
 
     ``held``: what the inputs held when the step began, from which a skip is decided in one statement
     (refresh_partition's ``likely_parts``).
@@ -228,6 +242,14 @@ def refresh_region_assignment(
         connection.execute(NO_JIT)
         return connection.execute(insert_assignments(table), {"species_id": species.species_id}).rowcount
 
+    def apply_changes(
+        connection: psycopg.Connection,
+        held_rows: Fingerprint,
+        loaded_under: Mapping[str, Any],
+        loading: JobKeyParts,
+    ) -> Delta | None:
+        return reassign_moved_points(connection, species, held_rows, loaded_under, loading)
+
     return refresh_partition(
         conn,
         target=REGION_ASSIGNMENT,
@@ -237,7 +259,55 @@ def refresh_region_assignment(
         run_id=run_id,
         partition_value=species.species_id,
         likely_parts=likely_assignment_parts(held, species, layer) if held is not None else None,
+        apply_changes=apply_changes,
     )
+
+
+def reassign_moved_points(
+    conn: psycopg.Connection,
+    species: Species,
+    held_rows: Fingerprint,
+    loaded_under: Mapping[str, Any],
+    loading: JobKeyParts,
+) -> Delta | None:
+    """A species' assignment brought to its new input by the records whose point differs from the one
+    kept with their row (a region depends on the point and the layer alone): those are assigned by the
+    full reload's statement over temporary tables of their points, and apply_record_delta swaps their rows.
+    None (a full reload) when the layer is not the one the held rows were assigned under."""
+    try:
+        before, now = json.loads(loaded_under["input"]), json.loads(loading.input)
+    except (KeyError, TypeError, ValueError):
+        return None  # assigned under an older key recipe (a hash of the inputs): nothing tells the layer
+    if not isinstance(before, dict) or before.get("regions") != now["regions"]:
+        return None
+    names = {
+        "occurrences": sql.Identifier(OCCURRENCES.name),
+        "geocoded": sql.Identifier(GEOCODED_LOCALITIES.name),
+        "held": sql.Identifier(REGION_ASSIGNMENT.name),
+    }
+    parameters = {"species_id": species.species_id}
+    conn.execute(NO_JIT)
+    conn.execute(load_sql(PACKAGE, "create_assignment_changes").format(**names), parameters)
+    conn.execute(load_sql(PACKAGE, "create_assignment_points"))
+    conn.execute(load_sql(PACKAGE, "insert_assignment_changed_points").format(**names), parameters)
+    conn.execute("ANALYZE assignment_points")
+    next_table = sql.Identifier(NEXT_ASSIGNMENT)
+    conn.execute(load_sql(PACKAGE, "create_next_region_assignment").format(table=names["held"]))
+    statement = load_sql(PACKAGE, "insert_region_assignments").format(
+        table=next_table, assignments=_assignments("assignment_points", "assignment_geocoded")
+    )
+    conn.execute(statement, parameters)
+    delta = apply_record_delta(
+        conn,
+        target=REGION_ASSIGNMENT,
+        partition_ref=str(species.species_id),
+        next_table=NEXT_ASSIGNMENT,
+        held=held_rows,
+        share_limit=DELTA_SHARE_LIMIT,
+        only_ids="assignment_changes",
+    )
+    conn.execute("DROP TABLE IF EXISTS assignment_changes, assignment_points, assignment_geocoded")
+    return delta
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, partition_watch
 from surveillance_pipeline.core.keys import (
     JobKeyParts,
-    canonical_json,
     describe_change,
     sha256_file,
     sha256_hex,
@@ -45,7 +44,7 @@ from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSou
 from surveillance_pipeline.orchestration.run_config import op_config
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES, geocoded_parts, localities_to_geocode
 from surveillance_pipeline.places.ledger import answers_for
-from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS, RegionLayer
+from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS, RegionLayer, assignment_parts_of
 from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, quality_parts_of
 from surveillance_pipeline.quality.policy import drops_flagged
 from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
@@ -368,9 +367,7 @@ class Planner:
             "geocoded_localities": self.held_key(GEOCODED_LOCALITIES.name, slug),
             "regions": self.held_key(REGIONS.name, WHOLE_TARGET),
         }
-        assignment_parts = REGION_ASSIGNMENT.key_parts(
-            sha256_hex(canonical_json(inputs).encode("utf-8")), layer.config()
-        )
+        assignment_parts = assignment_parts_of(inputs, layer)
         upstream = [("occurrences", occurrences), ("geocoded_localities", geocoded), ("regions", regions)]
         add("region_assignment", slug, self.table(REGION_ASSIGNMENT, slug, ref, assignment_parts, upstream))
 

@@ -8,19 +8,22 @@ import random
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE
+from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, partition_fingerprint
 from surveillance_pipeline.core.keys import sha256_file
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.districts import lab_districts_geojson, lab_layer_path
+from surveillance_pipeline.occurrences import load
 from surveillance_pipeline.occurrences.assets import gbif_derived, gbif_raw, occurrences
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
 from surveillance_pipeline.places.regions import (
+    REGION_ASSIGNMENT,
     RegionLayer,
     assign_points,
     held_assignment_inputs,
     likely_assignment_parts,
     load_regions,
+    refresh_region_assignment,
     region_counts,
 )
 from surveillance_pipeline_tests.support.pipeline import DEVIL, metadata, resources
@@ -234,3 +237,79 @@ def test_region_assignment_loads_skips_and_reloads_for_another_layer(db, databas
             " AND id IN (SELECT id FROM geocoded_localities WHERE longitude = %s AND latitude = %s)",
             list(CRADLE_MOUNTAIN),
         ).fetchall() == [("AU-TAS", "within")]
+
+
+def _assignment_rows_md5(db) -> str:
+    """Every column of the devil's assignments (the point as EWKT), in id order."""
+    return db.execute(
+        "SELECT md5(string_agg(concat_ws('|', id, species_id, point_source, ST_AsEWKT(geom), region_id,"
+        " method, distance_m), E'\\n' ORDER BY id)) FROM region_assignment WHERE species_id = %s",
+        [species_by_slug(DEVIL).species_id],
+    ).fetchone()[0]
+
+
+def _assignment_state(db):
+    return db.execute(
+        "SELECT job_key, rows, digest FROM target_state"
+        " WHERE target = 'region_assignment' AND partition_key = %s",
+        [DEVIL],
+    ).fetchone()
+
+
+def test_moved_points_alone_are_reassigned_and_the_partition_ends_as_a_full_reload(
+    db, database_url, data_dir
+):
+    """A month later a few records moved (some into another district), went or came: only those are
+    assigned again, and the partition, its fingerprint and its key are what a full reload gives."""
+    devil = species_by_slug(DEVIL)
+    lab_layer = RegionLayer.configured("", "region_id", "name", default=str(lab_layer_path()))
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir)
+    assigned = dict(
+        db.execute(
+            "SELECT id, region_id FROM region_assignment WHERE point_source = 'record' ORDER BY id"
+        ).fetchall()
+    )
+    header, *lines = (data_dir / "derived" / f"{DEVIL}.csv").read_text().splitlines()
+    assert header == "id,year,longitude,latitude,license"
+    rows = {int(line.split(",")[0]): line.split(",") for line in lines}
+    with_point = [record for record in sorted(assigned) if record in rows]
+    moved, gone = with_point[10:16], with_point[40:43]
+    later = dict(rows)
+    for record in moved:
+        # Half a degree north: from the South district into the North, or farther within the North.
+        later[record] = [*rows[record][:3], f"{float(rows[record][3]) + 0.5:.4f}", rows[record][4]]
+    for record in gone:
+        del later[record]
+    added = [max(rows) + n for n in (1, 2, 3, 4)]
+    for n, record in enumerate(added):
+        later[record] = [str(record), "2020", f"{146.0 + n / 10:.4f}", "-42.0000", rows[with_point[0]][4]]
+    derived = ("\n".join([header, *(",".join(later[r]) for r in sorted(later))]) + "\n").encode()
+    loaded = load.load_occurrences(
+        db, species=devil, derived=derived, rules=load.OccurrenceRules(), run_id="r1"
+    )
+    assert loaded.action == "loaded"
+    before = dict(db.execute("SELECT id, xmin::text FROM region_assignment").fetchall())
+
+    outcome = refresh_region_assignment(db, species=devil, layer=lab_layer, run_id="r1")
+    assert (outcome.action, outcome.reason) == ("loaded", "input changed")
+    assert outcome.changes is not None and outcome.changes.applied
+    counts = (outcome.changes.added, outcome.changes.changed, outcome.changes.removed)
+    assert counts == (len(added), len(moved), len(gone))
+    after = dict(db.execute("SELECT id, xmin::text FROM region_assignment").fetchall())
+    assert {record for record in after if after[record] != before.get(record)} == {*moved, *added}
+    assert set(before) - set(after) == set(gone)
+    # Some moved records changed district.
+    moved_to = dict(
+        db.execute("SELECT id, region_id FROM region_assignment WHERE id = ANY(%s)", [moved]).fetchall()
+    )
+    assert any(moved_to[record] != assigned[record] for record in moved)
+    by_delta = (_assignment_rows_md5(db), _assignment_state(db))
+    found = partition_fingerprint(db, REGION_ASSIGNMENT, str(devil.species_id))
+    assert by_delta[1][1:] == (found.rows, found.digest)  # the fingerprint carried forward is the rows' own
+
+    db.execute("DELETE FROM target_state WHERE target = 'region_assignment' AND partition_key = %s", [DEVIL])
+    reloaded = refresh_region_assignment(db, species=devil, layer=lab_layer, run_id="r2")
+    assert (reloaded.action, reloaded.changes) == ("loaded", None)
+    assert (_assignment_rows_md5(db), _assignment_state(db)) == by_delta
+    assert db.execute("SELECT count(*) FROM target_edits").fetchone() == (0,)

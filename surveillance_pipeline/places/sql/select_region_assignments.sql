@@ -84,6 +84,7 @@ nearest AS (
 )
 SELECT w.id,
        w.point_source,
+       w.geom,
        coalesce(w.region_id, n.region_id) AS region_id,
        CASE WHEN w.region_id IS NOT NULL THEN 'within' ELSE 'nearest' END AS method,
        CASE WHEN w.region_id IS NOT NULL THEN 0 ELSE n.distance_m END::double precision AS distance_m
