@@ -79,6 +79,10 @@ COPY_BLOCK = 1 << 20
 # A delta pays while few records differ: past this share of the species' records, its flags reload whole.
 DELTA_SHARE_LIMIT = 0.3
 NEXT_QUALITY = "next_occurrence_quality"
+# insert_occurrence_quality.sql's {records_made}: every record (a full reload), or those a delta found
+# may have another row (create_quality_candidates.sql).
+ALL_RECORDS = sql.SQL("TRUE")
+CANDIDATES_ONLY = sql.SQL("t.key::bigint IN (SELECT id FROM quality_candidates)")
 
 
 def quality_parts(
@@ -247,6 +251,7 @@ def refresh_occurrence_quality(
             next_table=NEXT_QUALITY,
             held=held_rows,
             share_limit=DELTA_SHARE_LIMIT,
+            only_ids="quality_candidates",
         )
         if delta.fingerprint is None:
             # Too large: the full reload that follows makes its own incoming tables.
@@ -278,7 +283,9 @@ def insert_quality_rows(
     reuse_held: bool = False,
 ) -> int:
     """The species' quality rows into ``into`` (occurrence_quality, or a delta's temporary table); with
-    ``reuse_held``, a point its held rows carry keeps their spatial flags (insert_occurrence_quality.sql)."""
+    ``reuse_held`` (a delta), only the rows of the records in quality_candidates, a table this makes of
+    those whose row may differ from the held one, and a point the held rows carry keeps their spatial
+    flags (insert_occurrence_quality.sql)."""
     snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
     check_request(snapshot, species, raw_path)
     columns = sql.SQL(", ").join(sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS)
@@ -292,7 +299,21 @@ def insert_quality_rows(
     connection.execute("SET LOCAL work_mem = '128MB'")
     connection.execute("SET LOCAL default_statistics_target = 10")
     connection.execute("ANALYZE incoming_quality_terms")
+    parameters = {
+        **statement_parameters(species, rules),
+        "outliers_thinned": thinned,
+        "reuse_held": reuse_held,
+    }
+    held = sql.Identifier(OCCURRENCE_QUALITY.name)
+    occurrences = sql.Identifier(partition_table_name(species.species_id))
+    records_made = ALL_RECORDS
     if reuse_held:
+        connection.execute(
+            load_sql(PACKAGE, "create_quality_candidates").format(held=held, occurrences=occurrences),
+            parameters,
+        )
+        connection.execute("ANALYZE quality_candidates")
+        records_made = CANDIDATES_ONLY
         # Most points are the held rows' (the known CTE): the planner, guessing 94,056 of 226,038, sorted
         # the records' wide rows three times for merge joins. Hashed, the largest species of the bench's
         # 1M download (247,207 records) took 3.3-3.5 s instead of 6.1-8.3 s, the same rows (2026-12-06,
@@ -300,15 +321,11 @@ def insert_quality_rows(
         connection.execute("SET LOCAL enable_mergejoin = off")
     statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
         table=into,
-        held=sql.Identifier(OCCURRENCE_QUALITY.name),
-        occurrences=sql.Identifier(partition_table_name(species.species_id)),
+        held=held,
+        occurrences=occurrences,
         references=sql.Identifier(QUALITY_REFERENCES.name),
+        records_made=records_made,
     )
-    parameters = {
-        **statement_parameters(species, rules),
-        "outliers_thinned": thinned,
-        "reuse_held": reuse_held,
-    }
     rows = connection.execute(statement, parameters).rowcount
     if reuse_held:
         connection.execute("SET LOCAL enable_mergejoin TO DEFAULT")

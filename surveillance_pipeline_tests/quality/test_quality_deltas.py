@@ -133,3 +133,40 @@ def _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir, monk
         f"reloaded: delta too large (0 added, 0 changed, 0 removed of {whole.rows:,})",
     )
     assert rows_md5(db, "occurrence_quality") == rows
+
+
+def _rows_by_id(db):
+    return {
+        row[0]: row[1:]
+        for row in db.execute(
+            "SELECT id, flag_duplicates, flag_outliers, decimal_longitude, decimal_latitude, dataset_key"
+            " FROM occurrence_quality"
+        ).fetchall()
+    }
+
+
+def test_a_delta_remakes_the_rows_of_unchanged_records_its_changes_reach(db, database_url, data_dir):
+    """A record's duplicates and outliers flags depend on other records: when those change, the delta
+    makes its row again although its own terms did not change, and ends as a full reload does."""
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, "none")
+        before = _rows_by_id(db)
+        later = _materialize(instance, database_url, data_dir, "neighbours_changed")
+        changed = later["occurrence_quality"]["records_changed"]
+        assert changed.startswith("500 added,") and changed.endswith(" 1 removed of 2,499"), changed
+        after = _rows_by_id(db)
+        unchanged = [
+            record for record in before if record in after and before[record][2:] == after[record][2:]
+        ]
+        # The next record of the group whose first went is no longer a duplicate, and some unchanged
+        # records' outliers verdict turned.
+        assert any(before[r][0] and not after[r][0] for r in unchanged)
+        assert any(before[r][1] != after[r][1] for r in unchanged)
+        by_delta = _held(db, instance)
+
+        db.execute(
+            "DELETE FROM target_state WHERE partition_key = %s AND target = ANY(%s)", [DEVIL, list(TARGETS)]
+        )
+        reloaded = _materialize(instance, database_url, data_dir, "neighbours_changed")
+        assert all("records_changed" not in reloaded[target] for target in TARGETS)
+        assert _held(db, instance) == by_delta

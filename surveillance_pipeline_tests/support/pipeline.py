@@ -128,6 +128,35 @@ def month_later(records):
     return ordered + news
 
 
+def neighbours_changed(records):
+    """A month later whose changes reach records that did not change: the first record (lowest gbifID) of
+    a duplicates group gone, so the next one there is no longer a duplicate; and 500 new records on the
+    mainland's south coast (0.01 degree apart), which move every site's mean distance and so the outliers
+    test's limit: Canberra's record is no outlier any more (a site by site search, 2026-12-06)."""
+    ordered = sorted(records, key=lambda r: r["key"])
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
+    for record in ordered:
+        if record.get("decimalLatitude") is not None:
+            point = (record.get("datasetKey"), record["decimalLongitude"], record["decimalLatitude"])
+            groups.setdefault(point, []).append(record["key"])
+    first_of_a_group = min(keys[0] for keys in groups.values() if len(keys) > 1)
+    kept = [record for record in ordered if record["key"] != first_of_a_group]
+    first_new = max(r["key"] for r in records) + 1
+    template = next(r for r in ordered if r.get("decimalLatitude") is not None and not r.get("issues"))
+    news = []
+    for offset in range(500):
+        record = copy.deepcopy(template)
+        record.update(
+            key=first_new + offset,
+            gbifID=str(first_new + offset),
+            decimalLongitude=round(150.0 + (offset % 30) * 0.01, 6),
+            decimalLatitude=round(-36.0 - (offset // 30) * 0.01, 6),
+            countryCode="AU",
+        )
+        news.append(record)
+    return kept + news
+
+
 EDITS: dict[str, RecordEdit] = {
     "none": lambda records: records,
     "drop_lowest_id": drop_lowest_id,
@@ -137,6 +166,7 @@ EDITS: dict[str, RecordEdit] = {
     "quality_probes": planted_records,
     "bad_individual_count": bad_individual_count,
     "month_later": month_later,
+    "neighbours_changed": neighbours_changed,
 }
 
 

@@ -6,7 +6,8 @@
 -- GiST indexes; distances are geodesic metres on the WGS84 spheroid (geography). The outliers test is
 -- decided per site beforehand (quality/outliers.py) and read from incoming_outliers. With
 -- reuse_held (a delta, flags.py), a point the species' rows in {held} already carry keeps their spatial
--- flags, and only new points meet the layers.
+-- flags, and only new points meet the layers; {records_made} then keeps the records whose row may differ
+-- (create_quality_candidates.sql), else it is TRUE.
 INSERT INTO {table} (
     id, species_id, basis_of_record, occurrence_status, establishment_means, individual_count, event_date,
     country_code, dataset_key, institution_code, coordinate_uncertainty_m, coordinate_precision, issues,
@@ -38,6 +39,7 @@ WITH records AS (
            t."decimalLatitude"::double precision AS lat
     FROM incoming_quality_terms AS t
     JOIN {occurrences} AS o ON o.id = t.key::bigint
+    WHERE {records_made}
 ),
 known AS (
     -- The spatial flags of the points the species' held rows carry. Reused only when the key's config,
@@ -55,6 +57,7 @@ known AS (
            bool_or(flag_country) AS country
     FROM {held}
     WHERE %(reuse_held)s AND species_id = %(species_id)s AND decimal_longitude IS NOT NULL
+      AND (decimal_longitude, decimal_latitude) IN (SELECT lon, lat FROM records)
     GROUP BY decimal_longitude, decimal_latitude, country_code
 ),
 located AS (
