@@ -308,17 +308,19 @@ def insert_quality_rows(
     occurrences = sql.Identifier(partition_table_name(species.species_id))
     records_made = ALL_RECORDS
     if reuse_held:
+        # The candidates join every record with its held row and its site's verdict: the planner, guessing
+        # a few thousand rows, sorted the records' wide rows for merge joins; hashed, they are read once.
+        # (The same held for the statement when it made every record's row: 3.3-3.5 s instead of 6.1-8.3 s
+        # for the largest species of the bench's 1M download, 2026-12-06 at d4c6aa5.) A full reload took
+        # the same either way, so it keeps the planner's choice.
+        connection.execute("SET LOCAL enable_mergejoin = off")
+        connection.execute("ANALYZE incoming_outliers")
         connection.execute(
             load_sql(PACKAGE, "create_quality_candidates").format(held=held, occurrences=occurrences),
             parameters,
         )
         connection.execute("ANALYZE quality_candidates")
         records_made = CANDIDATES_ONLY
-        # Most points are the held rows' (the known CTE): the planner, guessing 94,056 of 226,038, sorted
-        # the records' wide rows three times for merge joins. Hashed, the largest species of the bench's
-        # 1M download (247,207 records) took 3.3-3.5 s instead of 6.1-8.3 s, the same rows (2026-12-06,
-        # at d4c6aa5); a full reload took the same either way, so it keeps the planner's choice.
-        connection.execute("SET LOCAL enable_mergejoin = off")
     statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
         table=into,
         held=held,

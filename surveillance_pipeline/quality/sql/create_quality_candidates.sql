@@ -6,8 +6,8 @@
 --   its old flag or its site's outliers verdict (incoming_outliers, made for every site) differs,
 --   or it shares a duplicates group (dataset, point) with one of those, before or after: the group's
 --   first record by gbifID may be another now.
--- A record whose terms differ in text but not in value (issues in another order) is a candidate too:
--- its row comes out the same and the delta writes nothing for it.
+-- A record whose terms differ in text but not in value (an issue written with spaces about it) is a
+-- candidate too: its row comes out the same and the delta writes nothing for it.
 CREATE TEMPORARY TABLE quality_candidates ON COMMIT DROP AS
 WITH now AS MATERIALIZED (
     SELECT t.key::bigint AS id,
@@ -51,7 +51,9 @@ changed AS MATERIALIZED (
           (h.basis_of_record, h.occurrence_status, h.establishment_means, h.individual_count, h.event_date,
            h.country_code, h.dataset_key, h.institution_code, h.coordinate_uncertainty_m,
            h.coordinate_precision, h.decimal_longitude, h.decimal_latitude)
-       OR n.issues IS DISTINCT FROM h.issues
+       -- The held issues are the published ones trimmed, without empties or repeats, sorted: the same
+       -- set both ways is the same array (a set that differs only in how it is written is a candidate).
+       OR NOT (n.issues <@ h.issues AND n.issues @> h.issues)
        OR n.flag_old IS DISTINCT FROM h.flag_old
        OR CASE WHEN %(on_outliers)s THEN m.outlier END IS DISTINCT FROM h.flag_outliers
 ),
