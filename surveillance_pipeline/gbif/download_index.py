@@ -23,6 +23,7 @@ line number (16 bytes a record). Dagster-free.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import heapq
 import json
 import os
@@ -35,9 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import forget_file_stamps, sha256_file_stamped
@@ -58,8 +59,11 @@ from surveillance_pipeline.gbif.downloads import (
 from surveillance_pipeline.gbif.records import (
     RECORD_COLUMNS,
     RECORDS_FORMAT,
+    RECORDS_READ_ERRORS,
+    HashingReader,
     RecordsWriter,
     iter_record_lines,
+    open_records_stream,
     record_key,
 )
 from surveillance_pipeline.gbif.registry import Species
@@ -90,6 +94,8 @@ ID_SAMPLE_EVERY = 32
 MAX_ID_RANGES = 256
 # _sorted_by_key: bytes compared at once to find line ends; the most digits a gbifID has (int64).
 SCAN_BYTES = 4 << 20
+# Bytes of a part's lines whose gbifIDs are taken at once (part_key_blocks).
+KEY_CHUNK_BYTES = 8 << 20
 MAX_ID_DIGITS = 19
 NEWLINE, TAB, ZERO = (ord(character) for character in "\n\t0")
 # Species parts written at once (_build).
@@ -550,7 +556,7 @@ def _split_by_id_ranges(spill: Path, scratch: Path) -> list[Path]:
     return [scratch / f"{spill.name}.{number}" for number in sorted(files)]
 
 
-def _line_chunks(handle: BinaryIO, size: int) -> Iterator[bytes]:
+def _line_chunks(handle: IO[bytes], size: int) -> Iterator[bytes]:
     """The file's bytes in chunks of about ``size``, each ending where a line does (a chunk ending inside
     a line gets the rest of it: a line longer than ``size`` makes its chunk longer)."""
     while chunk := handle.read(size):
@@ -598,6 +604,54 @@ def _lines_and_ids(chunk: bytes) -> tuple[pa.Array, np.ndarray]:
         pa.large_string(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(chunk)]
     )
     return lines, keys
+
+
+def part_key_blocks(part: SpeciesPart) -> Iterator[np.ndarray]:
+    """A species part's gbifIDs, ascending (a part is sorted by gbifID, each once), a block at a time: no
+    Python object per line. Read to its end, the file's sha256 must be the index's (as iter_record_lines
+    checks it)."""
+    digest = hashlib.sha256()
+    try:
+        handle = part.path.open("rb")
+    except FileNotFoundError:
+        raise InputError(
+            part.path, "file", None, "records file is missing: materialize gbif_raw again"
+        ) from None
+    with handle:
+        try:
+            with open_records_stream(HashingReader(handle, digest)) as unzipped:
+                for chunk in _line_chunks(unzipped, KEY_CHUNK_BYTES):
+                    yield _lines_and_ids(chunk if chunk.endswith(b"\n") else chunk + b"\n")[1]
+        except RECORDS_READ_ERRORS as error:
+            raise InputError(part.path, "file", None, f"not a readable records file: {error}") from None
+        while block := handle.read(KEY_CHUNK_BYTES):
+            digest.update(block)
+    if digest.hexdigest() != part.sha256:
+        raise StaleInputError(
+            f"{part.path}: sha256 {digest.hexdigest()[:12]}… is not the {part.sha256[:12]}… its index "
+            "recorded (edited or replaced since): materialize gbif_raw again"
+        )
+
+
+def keys_missing_from(older: SpeciesPart, newer: SpeciesPart | None) -> int:
+    """How many of ``older``'s gbifIDs ``newer`` lacks: both walked once, ascending, in blocks, holding no
+    more of ``newer`` than the ids up to the end of ``older``'s current block."""
+    later = part_key_blocks(newer) if newer is not None else iter(())
+    window = np.empty(0, dtype=np.int64)
+    exhausted, missing = False, 0
+    for block in part_key_blocks(older):
+        if not block.size:
+            continue
+        last = block[-1]
+        while not exhausted and (not window.size or window[-1] < last):
+            more = next(later, None)
+            if more is None:
+                exhausted = True
+            else:
+                window = np.concatenate((window, more))
+        missing += int(block.size - np.count_nonzero(np.isin(block, window, assume_unique=True)))
+        window = window[window > last]
+    return missing
 
 
 def _keyed_lines(part: SpeciesPart, rank: int) -> Iterator[tuple[int, int, str]]:

@@ -29,7 +29,12 @@ from surveillance_pipeline.core.refresh import LOADED, SKIPPED, RefreshOutcome, 
 from surveillance_pipeline.gbif import client as client_module
 from surveillance_pipeline.gbif import raw_snapshots as raw_snapshots_module
 from surveillance_pipeline.gbif.client import DOWNLOAD_SOURCE, GbifClient, fetch_all_occurrences
-from surveillance_pipeline.gbif.download_index import DownloadIndex, SpeciesPart, merged_species_lines
+from surveillance_pipeline.gbif.download_index import (
+    DownloadIndex,
+    SpeciesPart,
+    keys_missing_from,
+    merged_species_lines,
+)
 from surveillance_pipeline.gbif.downloads import DownloadInfo
 from surveillance_pipeline.gbif.raw_snapshots import (
     RawSnapshot,
@@ -182,7 +187,13 @@ def species_sources(indexes: Sequence[DownloadIndex], species: Species) -> Speci
 
 def records_gone(sources: SpeciesSources) -> int:
     """How many records of the superseded parts no current download holds: a walk over their keys, each
-    part sorted by gbifID as its index wrote it (read only when the species loads; memory flat)."""
+    part sorted by gbifID as its index wrote it (read only when the species loads; memory flat).
+
+    The common case, one older download of the query and the newer one, walks the two in blocks of ids
+    (keys_missing_from); several parts on a side merge their lines."""
+    if len(sources.superseded) == 1 and len(sources.current) <= 1:
+        newer = sources.current[0][1] if sources.current else None
+        return keys_missing_from(sources.superseded[0].part, newer)
 
     def keys(parts: Sequence[SpeciesPart]) -> Iterator[int]:
         streams = [(record_key(line) for line in iter_record_lines(p.path, p.sha256)) for p in parts]
