@@ -137,6 +137,11 @@ def quality_config(rules: QualityRules, layers: ReferenceLayers) -> dict[str, An
     return config
 
 
+# The side of the sub-cells that settle the points a reference cell leaves (in a cell only partly land),
+# a test per sub-cell for all its points (insert_occurrence_quality.sql): a power of two, so that a point's
+# sub-cell, found by a division, contains it exactly. Only how fast the flags come, never which: no part
+# of the key.
+SUB_CELL_DEGREES = 1 / 16
 # The bounds in degrees that settle a buffer test before its geodesic distance (why they hold:
 # insert_occurrence_quality.sql): the longest metre per degree of any path, and the slack either side.
 METRES_PER_DEGREE_AT_MOST = 111_694.0
@@ -163,6 +168,7 @@ def statement_parameters(species: Species, rules: QualityRules) -> dict[str, Any
         "species_id": species.species_id,
         "terrestrial": species.terrestrial,
         "cell": REFERENCE_CELL_DEGREES,
+        "sub_cell": SUB_CELL_DEGREES,
         **{f"on_{test.name}": rules.is_enabled(test.name) for test in TESTS},
         "gbif_issues": list(rules.param("gbif_issues", "issues")),
         "basis_of_record": list(rules.param("basis", "basis_of_record")),

@@ -2,8 +2,10 @@
 -- records its occurrences partition ({occurrences}) holds, one flag per test, and the first reason.
 -- A flag is null where its test is off (its on_ parameter false) or the record lacks what the test reads.
 -- The spatial tests run once per distinct point (and countryCode): its grid cell first (covered whole by
--- land, or by its own country; within reach of a reference point), then the layers' pieces through their
--- GiST indexes; distances are geodesic metres on the WGS84 spheroid (geography). The outliers test is
+-- land, or by its own country; within reach of a reference point), then, for a point its cell leaves, its
+-- sub-cell (covered by one piece of land or of its country; out of reach of land, or of every country),
+-- then the layers' pieces through their GiST indexes; distances are geodesic metres on the WGS84
+-- spheroid (geography). The outliers test is
 -- decided per site beforehand (quality/outliers.py) and read from incoming_outliers. With
 -- reuse_held (a delta, flags.py), a point the species' rows in {held} already carry keeps their spatial
 -- flags, and only new points meet the layers; {records_made} then keeps the records whose row may differ
@@ -103,11 +105,13 @@ near_cells AS (
     CROSS JOIN LATERAL generate_series(floor((near.lat - reach_y.dy) / %(cell)s)::integer,
                                        floor((near.lat + reach_y.dy) / %(cell)s)::integer) AS y
 ),
-celled AS (
+celled_points AS (
     -- Each point's cell: covered whole by land, or by its own country (an index probe each); within reach
-    -- of a reference point (a hash of the few such cells). Most points are settled here; only the others
-    -- meet a polygon or a distance.
+    -- of a reference point (a hash of the few such cells). Most points are settled here; the others go
+    -- to their sub-cells (sub_cells), and only what those leave meets a polygon or a distance.
     SELECT l.*,
+           floor(l.lon / %(sub_cell)s)::integer AS sub_x,
+           floor(l.lat / %(sub_cell)s)::integer AS sub_y,
            EXISTS (
                SELECT 1 FROM {references} AS cell
                WHERE cell.layer = 'land_cells' AND cell.cell_x = l.cell_x AND cell.cell_y = l.cell_y
@@ -129,6 +133,81 @@ celled AS (
            ON centroid.test = 'centroids' AND centroid.cell_x = l.cell_x AND centroid.cell_y = l.cell_y
     LEFT JOIN near_cells AS gbif
            ON gbif.test = 'gbif_hq' AND gbif.cell_x = l.cell_x AND gbif.cell_y = l.cell_y
+),
+sub_cells AS (
+    -- The points the cells leave (not in a cell covered by land) fall in sub-cells of a sixteenth of a
+    -- degree (exact in binary, as half a degree is: a point's sub-cell contains it), tested once each for
+    -- all their points: covered by one piece of land; out of the sea test's reach of land, or of the
+    -- country test's reach of every country. The reach in degrees is the one below (reach) taken at the
+    -- sub-cell's poleward edge, no less than any of its points' own; where that reach may cross the
+    -- antimeridian or near a pole, nothing is settled here.
+    SELECT c.sub_x,
+           c.sub_y,
+           EXISTS (
+               SELECT 1 FROM {references} AS r
+               WHERE r.layer = 'land' AND ST_Covers(r.geom, c.envelope)
+           ) AS land_covered,
+           reach.sea_bounded AND NOT EXISTS (
+               SELECT 1 FROM {references} AS r
+               WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.envelope, reach.sea_degrees)
+           ) AS far_from_land,
+           reach.country_bounded AND NOT EXISTS (
+               SELECT 1 FROM {references} AS r
+               WHERE r.layer = 'countries' AND ST_DWithin(r.geom, c.envelope, reach.country_degrees)
+           ) AS far_from_countries
+    FROM (
+        SELECT sub_x, sub_y,
+               ST_MakeEnvelope(sub_x * %(sub_cell)s, sub_y * %(sub_cell)s, (sub_x + 1) * %(sub_cell)s,
+                               (sub_y + 1) * %(sub_cell)s, 4326) AS envelope,
+               greatest(abs(sub_y * %(sub_cell)s), abs((sub_y + 1) * %(sub_cell)s)) AS edge_lat,
+               greatest(abs(sub_x * %(sub_cell)s), abs((sub_x + 1) * %(sub_cell)s)) AS edge_lon
+        FROM (SELECT DISTINCT sub_x, sub_y FROM celled_points WHERE NOT land_cell) AS distinct_sub_cells
+    ) AS c
+    CROSS JOIN LATERAL (
+        SELECT (%(sea_reach_m)s / 110574.0)
+                   / cos(radians(least(89.0, c.edge_lat + %(sea_reach_m)s / 110574.0))) AS sea_degrees,
+               (%(country_reach_m)s / 110574.0)
+                   / cos(radians(least(89.0, c.edge_lat + %(country_reach_m)s / 110574.0))) AS country_degrees
+    ) AS degrees
+    CROSS JOIN LATERAL (
+        SELECT degrees.sea_degrees,
+               degrees.country_degrees,
+               c.edge_lat + %(sea_reach_m)s / 110574.0 < 89.0
+                   AND c.edge_lon + degrees.sea_degrees < 180.0 AS sea_bounded,
+               c.edge_lat + %(country_reach_m)s / 110574.0 < 89.0
+                   AND c.edge_lon + degrees.country_degrees < 180.0 AS country_bounded
+    ) AS reach
+    WHERE %(on_sea)s OR %(on_country)s
+),
+sub_cell_countries AS (
+    -- Whether one piece of a point's own country covers its sub-cell, for the points their cell leaves.
+    SELECT c.sub_x,
+           c.sub_y,
+           c.country_code,
+           EXISTS (
+               SELECT 1 FROM {references} AS r
+               WHERE r.layer = 'countries' AND r.code = c.country_code
+                 AND ST_Covers(r.geom, ST_MakeEnvelope(c.sub_x * %(sub_cell)s, c.sub_y * %(sub_cell)s,
+                                                       (c.sub_x + 1) * %(sub_cell)s,
+                                                       (c.sub_y + 1) * %(sub_cell)s, 4326))
+           ) AS own_covered
+    FROM (
+        SELECT DISTINCT sub_x, sub_y, country_code
+        FROM celled_points
+        WHERE NOT own_country_cell AND country_code IS NOT NULL
+    ) AS c
+    WHERE %(on_country)s
+),
+celled AS (
+    SELECT p.*,
+           p.land_cell OR coalesce(sub.land_covered, false) AS on_land,
+           p.own_country_cell OR coalesce(own.own_covered, false) AS in_own_country,
+           coalesce(sub.far_from_land, false) AS far_from_land,
+           coalesce(sub.far_from_countries, false) AS far_from_countries
+    FROM celled_points AS p
+    LEFT JOIN sub_cells AS sub ON sub.sub_x = p.sub_x AND sub.sub_y = p.sub_y
+    LEFT JOIN sub_cell_countries AS own
+           ON own.sub_x = p.sub_x AND own.sub_y = p.sub_y AND own.country_code = p.country_code
 ),
 spatial AS (
     SELECT p.lon,
@@ -155,27 +234,30 @@ spatial AS (
            -- Not evaluated for a record without countryCode, with one the layer has no polygon for, or at
            -- sea for a species that lives in water (a country's waters are not in its land polygon).
            CASE WHEN %(on_country)s AND (%(terrestrial)s OR p.near_land) AND p.country_has_polygon THEN NOT (
-               p.own_country_cell
-               OR EXISTS (
-                   SELECT 1 FROM {references} AS r
-                   WHERE r.layer = 'countries' AND r.code = p.country_code AND ST_Intersects(r.geom, p.geom)
-               )
-               OR (
-                   (NOT p.country_reach_bounded OR EXISTS (
+               p.in_own_country
+               OR NOT p.far_from_countries AND (
+                   EXISTS (
                        SELECT 1 FROM {references} AS r
                        WHERE r.layer = 'countries' AND r.code = p.country_code
-                         AND ST_DWithin(r.geom, p.geom, p.country_reach_degrees)
-                   ))
-                   AND (
-                       EXISTS (
+                         AND ST_Intersects(r.geom, p.geom)
+                   )
+                   OR (
+                       (NOT p.country_reach_bounded OR EXISTS (
                            SELECT 1 FROM {references} AS r
                            WHERE r.layer = 'countries' AND r.code = p.country_code
-                             AND ST_DWithin(r.geom, p.geom, %(country_sure_degrees)s)
-                       )
-                       OR EXISTS (
-                           SELECT 1 FROM {references} AS r
-                           WHERE r.layer = 'countries' AND r.code = p.country_code
-                             AND ST_DWithin(r.geog, p.geog, %(country_buffer_m)s)
+                             AND ST_DWithin(r.geom, p.geom, p.country_reach_degrees)
+                       ))
+                       AND (
+                           EXISTS (
+                               SELECT 1 FROM {references} AS r
+                               WHERE r.layer = 'countries' AND r.code = p.country_code
+                                 AND ST_DWithin(r.geom, p.geom, %(country_sure_degrees)s)
+                           )
+                           OR EXISTS (
+                               SELECT 1 FROM {references} AS r
+                               WHERE r.layer = 'countries' AND r.code = p.country_code
+                                 AND ST_DWithin(r.geog, p.geog, %(country_buffer_m)s)
+                           )
                        )
                    )
                )
@@ -186,23 +268,26 @@ spatial AS (
                -- pieces; then the bounds in degrees (reach below), and the geodesic distance only for a
                -- point the bounds leave undecided.
                CASE WHEN %(on_sea)s OR %(on_country)s THEN (
-                   c.land_cell
-                   OR EXISTS (
-                       SELECT 1 FROM {references} AS r WHERE r.layer = 'land' AND ST_Intersects(r.geom, c.geom)
-                   )
-                   OR (
-                       (NOT reach.sea_reach_bounded OR EXISTS (
+                   c.on_land
+                   OR NOT c.far_from_land AND (
+                       EXISTS (
                            SELECT 1 FROM {references} AS r
-                           WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.geom, reach.sea_reach_degrees)
-                       ))
-                       AND (
-                           EXISTS (
+                           WHERE r.layer = 'land' AND ST_Intersects(r.geom, c.geom)
+                       )
+                       OR (
+                           (NOT reach.sea_reach_bounded OR EXISTS (
                                SELECT 1 FROM {references} AS r
-                               WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.geom, %(sea_sure_degrees)s)
-                           )
-                           OR EXISTS (
-                               SELECT 1 FROM {references} AS r
-                               WHERE r.layer = 'land' AND ST_DWithin(r.geog, c.geog, %(sea_buffer_m)s)
+                               WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.geom, reach.sea_reach_degrees)
+                           ))
+                           AND (
+                               EXISTS (
+                                   SELECT 1 FROM {references} AS r
+                                   WHERE r.layer = 'land' AND ST_DWithin(r.geom, c.geom, %(sea_sure_degrees)s)
+                               )
+                               OR EXISTS (
+                                   SELECT 1 FROM {references} AS r
+                                   WHERE r.layer = 'land' AND ST_DWithin(r.geog, c.geog, %(sea_buffer_m)s)
+                               )
                            )
                        )
                    )
