@@ -23,7 +23,6 @@ line number (16 bytes a record). Dagster-free.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import heapq
 import json
 import os
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from surveillance_pipeline.core.errors import InputError, StaleInputError
+from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import canonical_json, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import forget_file_stamps, sha256_file_stamped
@@ -59,11 +58,9 @@ from surveillance_pipeline.gbif.downloads import (
 from surveillance_pipeline.gbif.records import (
     RECORD_COLUMNS,
     RECORDS_FORMAT,
-    RECORDS_READ_ERRORS,
-    HashingReader,
     RecordsWriter,
     iter_record_lines,
-    open_records_stream,
+    open_hashed_records,
     record_key,
 )
 from surveillance_pipeline.gbif.registry import Species
@@ -610,27 +607,9 @@ def part_key_blocks(part: SpeciesPart) -> Iterator[np.ndarray]:
     """A species part's gbifIDs, ascending (a part is sorted by gbifID, each once), a block at a time: no
     Python object per line. Read to its end, the file's sha256 must be the index's (as iter_record_lines
     checks it)."""
-    digest = hashlib.sha256()
-    try:
-        handle = part.path.open("rb")
-    except FileNotFoundError:
-        raise InputError(
-            part.path, "file", None, "records file is missing: materialize gbif_raw again"
-        ) from None
-    with handle:
-        try:
-            with open_records_stream(HashingReader(handle, digest)) as unzipped:
-                for chunk in _line_chunks(unzipped, KEY_CHUNK_BYTES):
-                    yield _lines_and_ids(chunk if chunk.endswith(b"\n") else chunk + b"\n")[1]
-        except RECORDS_READ_ERRORS as error:
-            raise InputError(part.path, "file", None, f"not a readable records file: {error}") from None
-        while block := handle.read(KEY_CHUNK_BYTES):
-            digest.update(block)
-    if digest.hexdigest() != part.sha256:
-        raise StaleInputError(
-            f"{part.path}: sha256 {digest.hexdigest()[:12]}… is not the {part.sha256[:12]}… its index "
-            "recorded (edited or replaced since): materialize gbif_raw again"
-        )
+    with open_hashed_records(part.path, part.sha256, recorded_by="its index") as unzipped:
+        for chunk in _line_chunks(unzipped, KEY_CHUNK_BYTES):
+            yield _lines_and_ids(chunk if chunk.endswith(b"\n") else chunk + b"\n")[1]
 
 
 def keys_missing_from(older: SpeciesPart, newer: SpeciesPart | None) -> int:

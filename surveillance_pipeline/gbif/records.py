@@ -23,6 +23,7 @@ import itertools
 import os
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -249,22 +250,23 @@ def open_records_stream(fileobj: io.RawIOBase) -> IO[bytes]:
     return cast(IO[bytes], igzip.GzipFile(fileobj=fileobj, mode="rb"))
 
 
-def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterator[str]:
-    """The lines of a records file (without their ``\\n``), streamed; at the end, the file's sha256 must
-    be ``expected_sha256`` (what the raw snapshot recorded), else StaleInputError: the file was replaced
-    or edited after the snapshot named it."""
+@contextmanager
+def open_hashed_records(
+    path: Path, expected_sha256: str | None, recorded_by: str = "its raw snapshot"
+) -> Iterator[IO[bytes]]:
+    """A records file's inflated bytes, hashed as they are read. Leaving the block, the rest of the file is
+    hashed too and its sha256 must be ``expected_sha256`` (what ``recorded_by`` recorded), else
+    StaleInputError: the file was replaced or edited since. A missing or unreadable file is an InputError
+    naming it."""
     digest = hashlib.sha256()
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         raise InputError(path, "file", None, "records file is missing: materialize gbif_raw again") from None
     with handle:
-        hashing = HashingReader(handle, digest)
         try:
-            with open_records_stream(hashing) as unzipped:
-                text = io.TextIOWrapper(unzipped, encoding="utf-8", newline="\n")
-                for line in text:
-                    yield line[:-1] if line.endswith("\n") else line
+            with open_records_stream(HashingReader(handle, digest)) as unzipped:
+                yield unzipped
         except RECORDS_READ_ERRORS as error:
             raise InputError(path, "file", None, f"not a readable records file: {error}") from None
         # Whatever gzip did not need to read still belongs to the file's bytes.
@@ -272,9 +274,18 @@ def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterato
             digest.update(block)
     if expected_sha256 is not None and digest.hexdigest() != expected_sha256:
         raise StaleInputError(
-            f"{path}: sha256 {digest.hexdigest()[:12]}… is not the {expected_sha256[:12]}… its raw snapshot "
+            f"{path}: sha256 {digest.hexdigest()[:12]}… is not the {expected_sha256[:12]}… {recorded_by} "
             "recorded (edited or replaced since): materialize gbif_raw again"
         )
+
+
+def iter_record_lines(path: Path, expected_sha256: str | None = None) -> Iterator[str]:
+    """The lines of a records file (without their ``\\n``), streamed; at the end, the file's sha256 must
+    be ``expected_sha256`` (what the raw snapshot recorded), else StaleInputError: the file was replaced
+    or edited after the snapshot named it."""
+    with open_hashed_records(path, expected_sha256) as unzipped:
+        for line in io.TextIOWrapper(unzipped, encoding="utf-8", newline="\n"):
+            yield line[:-1] if line.endswith("\n") else line
 
 
 class HashingReader(io.RawIOBase):

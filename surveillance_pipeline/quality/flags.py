@@ -9,7 +9,6 @@ version and parameters, with the sha256 of every layer the test reads. Dagster-f
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -38,12 +37,7 @@ from surveillance_pipeline.core.refresh import (
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
-from surveillance_pipeline.gbif.records import (
-    RECORD_COLUMNS,
-    RECORDS_READ_ERRORS,
-    HashingReader,
-    open_records_stream,
-)
+from surveillance_pipeline.gbif.records import RECORD_COLUMNS, open_hashed_records
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import check_request
 from surveillance_pipeline.occurrences.load import OCCURRENCES, partition_table_name
@@ -396,32 +390,13 @@ def copy_terms(conn: psycopg.Connection, snapshot: RawSnapshot, raw_path: Path) 
         return
     records = raw_path.with_name(snapshot.records_file)
     names = sql.SQL(", ").join(sql.Identifier(name) for name in RECORD_COLUMNS)
-    digest = hashlib.sha256()
-    try:
-        handle = records.open("rb")
-    except FileNotFoundError:
-        raise InputError(
-            records, "file", None, "records file is missing: materialize gbif_raw again"
-        ) from None
+    statement = sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN (FORMAT text, NULL '')").format(names)
     with (
-        handle,
-        conn.cursor().copy(
-            sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN (FORMAT text, NULL '')").format(names)
-        ) as copy,
+        open_hashed_records(records, snapshot.records_sha256) as unzipped,
+        conn.cursor().copy(statement) as copy,
     ):
-        try:
-            with open_records_stream(HashingReader(handle, digest)) as unzipped:
-                while block := unzipped.read(COPY_BLOCK):
-                    copy.write(block)
-        except RECORDS_READ_ERRORS as error:
-            raise InputError(records, "file", None, f"not a readable records file: {error}") from None
-        while block := handle.read(COPY_BLOCK):
-            digest.update(block)
-    if digest.hexdigest() != snapshot.records_sha256:
-        raise StaleInputError(
-            f"{records}: not the records file its raw snapshot names (edited or replaced since): "
-            "materialize gbif_raw again"
-        )
+        while block := unzipped.read(COPY_BLOCK):
+            copy.write(block)
 
 
 def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str | None]]:

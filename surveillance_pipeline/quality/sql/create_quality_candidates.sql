@@ -8,6 +8,8 @@
 --   first record by gbifID may be another now.
 -- A record whose terms differ in text but not in value (an issue written with spaces about it) is a
 -- candidate too: its row comes out the same and the delta writes nothing for it.
+-- The terms are cast as insert_occurrence_quality.sql's records CTE casts them: a term added to the row
+-- there must be compared here too.
 CREATE TEMPORARY TABLE quality_candidates ON COMMIT DROP AS
 WITH now AS MATERIALIZED (
     SELECT t.key::bigint AS id,

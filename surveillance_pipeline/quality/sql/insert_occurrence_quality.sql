@@ -19,6 +19,8 @@ INSERT INTO {table} (
     flag_outliers, first_flag
 )
 WITH records AS (
+    -- A term added here must be compared in create_quality_candidates.sql too: a delta makes the rows of
+    -- the records that file finds may differ, and no other.
     SELECT o.id,
            o.year,
            t."basisOfRecord" AS basis_of_record,
