@@ -4,6 +4,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.figures import bars_png, kept_figure, markdown_image, points_map_png
+from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.gbif.registry import Species, species_by_slug
 from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
@@ -87,6 +88,7 @@ def occurrence_quality(
         loaded = load_quality_references(connections.get(), layers, context.run.run_id)
         context.log.info(f"quality_references: {loaded.action} ({loaded.reason}), {loaded.rows} pieces")
         held = flags.held_quality_inputs(connections.get())
+        statistics = StatisticsBeforeUse(warehouse.connect, flags.OCCURRENCE_QUALITY.name)
 
         def flag_partition(slug: str) -> PartitionReport:
             conn = connections.get()
@@ -99,6 +101,7 @@ def occurrence_quality(
                 layers=layers,
                 run_id=context.run.run_id,
                 held=held,
+                statistics=statistics,
             )
             memo = paths.memo(flags.OCCURRENCE_QUALITY.name, slug)
             counts, version_of_rows = flags.outcome_quality_counts(conn, species, outcome, memo)
@@ -115,6 +118,11 @@ def occurrence_quality(
             )
 
         yield from report_partitions(context, flag_partition, side_by_side=side_by_side)
+        if statistics.analyzed_seconds is not None:
+            context.log.info(
+                f"occurrence_quality: its statistics were stale before the first delta; analyzed in "
+                f"{statistics.analyzed_seconds:.1f} s"
+            )
 
 
 def _count_records(counts: flags.QualityCounts, rules: QualityRules) -> list[dg.TableRecord]:

@@ -35,6 +35,7 @@ from surveillance_pipeline.core.refresh import (
     upstream_job_key,
 )
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, open_hashed_records
@@ -193,6 +194,7 @@ def refresh_occurrence_quality(
     layers: ReferenceLayers,
     run_id: str,
     held: HeldKeys | None = None,
+    statistics: StatisticsBeforeUse | None = None,
 ) -> RefreshOutcome:
     """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does.
 
@@ -201,7 +203,8 @@ def refresh_occurrence_quality(
     the key names both, so once occurrences loads the new rows they are made again.
 
     ``held``: what the inputs held when the step began (``held_quality_inputs``), from which a skip is
-    decided in one statement (refresh_partition's ``likely_parts``).
+    decided in one statement (refresh_partition's ``likely_parts``). ``statistics``: the table's
+    statistics, brought up to date before the first delta of the step plans its joins with them.
     """
     raw = read_raw_bytes(raw_path)
     raw_sha256 = sha256_hex(raw)
@@ -235,6 +238,8 @@ def refresh_occurrence_quality(
             before.get(name) != now[name] for name in ("quality_references", "terrestrial")
         ):
             return None
+        if statistics is not None:
+            statistics.ensure()
         connection.execute(
             load_sql(PACKAGE, "create_next_quality").format(table=sql.Identifier(OCCURRENCE_QUALITY.name))
         )
