@@ -36,8 +36,14 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        plan = make_plan(conn, resources["paths"], geocoder)
-    print("plan: what the next `make run` would do (reads only; gbif_raw asks GBIF at run time)")
+        reads_downloads = resources["gbif"].reads_downloads()
+        plan = make_plan(conn, resources["paths"], geocoder, reads_downloads=reads_downloads)
+    source = "gbif_raw reads data/downloads/" if reads_downloads else "gbif_raw asks GBIF at run time"
+    print(f"plan: what the next `make run` would do (reads only; {source})")
+    if plan.indexed_here:
+        print(
+            f"plan: indexed {', '.join(plan.indexed_here)} in a temporary folder (the run indexes it again)"
+        )
     for line in plan.lines(arguments.list):
         print("  " + line if line else "")
     return 0

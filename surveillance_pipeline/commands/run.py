@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import dagster as dg
 import psycopg
@@ -37,6 +37,7 @@ from surveillance_pipeline.commands.species_weights import (
     weigh_species,
 )
 from surveillance_pipeline.core.day_files import is_day_file_name
+from surveillance_pipeline.core.record_delta import change_counts, describe_changes
 from surveillance_pipeline.core.settings import (
     CODE_LOCATION_ATTRIBUTE,
     CODE_LOCATION_MODULE,
@@ -497,7 +498,7 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
         reasons[asset][reason] += 1
         row_totals[asset] += row_count
         if changed:
-            changes[asset].update(_change_counts(changed))
+            changes[asset].update(change_counts(changed))
     for asset, count in held.items():
         row_totals[asset] = count
     width = max([len("asset"), *(len(shown_name(asset)) for asset in actions)])
@@ -513,28 +514,6 @@ def summarize(database_url: str, run_ids: list[str], seconds: dict[str, float] |
             f" {row_totals[asset]:>8} {f'{seconds[asset]:.1f}' if asset in seconds else '-':>7}  {why}"
         )
     return lines
-
-
-def _change_counts(changes: dict[str, Any]) -> Counter[str]:
-    """One partition's record changes (a provenance row's detail) as counts to add up per asset."""
-    if not changes.get("applied", True):
-        return Counter({"too large": 1})
-    names = ("added", "changed", "removed", "rows")
-    return Counter({"by delta": 1, **{name: int(changes.get(name, 0)) for name in names}})
-
-
-def describe_changes(counts: Counter[str]) -> str:
-    """An asset's record changes over its partitions: 'by delta (71): 120 added, 480 changed, 118 removed
-    of 14,210', and how many partitions found the delta too large and reloaded whole."""
-    said = []
-    if counts["by delta"]:
-        said.append(
-            f"by delta ({counts['by delta']}): {counts['added']:,} added, {counts['changed']:,} changed, "
-            f"{counts['removed']:,} removed of {counts['rows']:,}"
-        )
-    if counts["too large"]:
-        said.append(f"reloaded: delta too large ({counts['too large']})")
-    return "; ".join(said)
 
 
 def run_failures(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:

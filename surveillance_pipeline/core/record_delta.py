@@ -11,6 +11,8 @@ row, so no scan of the partition is needed to vouch for it.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,3 +121,26 @@ def apply_record_delta(
         )
     digest = str(int(held.digest) - int(gone[1]) + int(came[1]))
     return Delta(RecordChanges(added, changed, removed, rows), Fingerprint(rows, digest))
+
+
+def change_counts(changes: Mapping[str, Any]) -> Counter[str]:
+    """One partition's record changes (a provenance row's detail, ``RecordChanges.as_dict``) as counts to
+    add up per asset."""
+    if not changes.get("applied", True):
+        return Counter({"too large": 1})
+    names = ("added", "changed", "removed", "rows")
+    return Counter({"by delta": 1, **{name: int(changes.get(name, 0)) for name in names}})
+
+
+def describe_changes(counts: Counter[str]) -> str:
+    """An asset's record changes over its partitions: 'by delta (71): 120 added, 480 changed, 118 removed
+    of 14,210', and how many partitions found the delta too large and reloaded whole."""
+    said = []
+    if counts["by delta"]:
+        said.append(
+            f"by delta ({counts['by delta']}): {counts['added']:,} added, {counts['changed']:,} changed, "
+            f"{counts['removed']:,} removed of {counts['rows']:,}"
+        )
+    if counts["too large"]:
+        said.append(f"reloaded: delta too large ({counts['too large']})")
+    return "; ".join(said)

@@ -276,14 +276,10 @@ def ingest_species_from_downloads(
     replace_file(raw_path, data)
     if stamps is not None:
         keep_file_stamps(stamps, {records_file: records_sha256})
-    reason = _reason(previous, request)
-    gone = None
-    if found.superseded:
-        # The count goes to the partition's metadata: in the reason it would make every species' reason
-        # its own line of make run's table.
-        newer = ", ".join(sorted({old.by.key for old in found.superseded}))
-        reason += f"; newer download {newer} of the same query"
-        gone = records_gone(found)
+    reason = downloads_reason(previous, request, found)
+    # The count goes to the partition's metadata: in the reason it would make every species' reason its
+    # own line of make run's table.
+    gone = records_gone(found) if found.superseded else None
     return IngestOutcome(
         request,
         DOWNLOAD_SOURCE,
@@ -304,6 +300,21 @@ def _reason(previous: RawSnapshot | None, request: dict[str, Any]) -> str:
     if previous.request != request:
         return "request changed"
     return "records changed"
+
+
+def downloads_reason(previous: RawSnapshot | None, request: dict[str, Any], found: SpeciesSources) -> str:
+    """Why a species read from downloads loads: 'request changed; newer download K of the same query'."""
+    reason = _reason(previous, request)
+    if found.superseded:
+        newer = ", ".join(sorted({old.by.key for old in found.superseded}))
+        reason += f"; newer download {newer} of the same query"
+    return reason
+
+
+def stored_snapshot(raw_path: Path) -> RawSnapshot | None:
+    """The raw snapshot stored at ``raw_path``; None when there is none or it cannot be read."""
+    found = _previous_snapshot(raw_path)
+    return found[0] if found is not None else None
 
 
 def write_raw_snapshot(

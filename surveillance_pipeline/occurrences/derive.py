@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import psycopg
 
@@ -39,6 +39,7 @@ from surveillance_pipeline.core.refresh import (
 )
 from surveillance_pipeline.gbif.licenses import normalize_license
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
+from surveillance_pipeline.gbif.records import iter_records
 from surveillance_pipeline.gbif.registry import DOWNLOAD_ENDPOINT, Species
 from surveillance_pipeline.gbif.rules import (
     COORDINATE_TERMS,
@@ -50,6 +51,7 @@ from surveillance_pipeline.gbif.rules import (
 )
 from surveillance_pipeline.occurrences.derive_columns import ColumnarUnavailable, derived_blocks
 
+T = TypeVar("T")
 DERIVE_VERSION = 1
 DERIVED_COLUMNS = ("id", "year", "longitude", "latitude", "license")
 ZERO = ("", "")  # identity-compared marker: coordinates dropped because they were 0,0
@@ -230,18 +232,40 @@ def derive_to_file(raw_path: Path, species: Species, target: Path | None) -> Str
         return StreamedDerive(raw_sha256, sha256, derived.rows, derived.counts)
     check_request(snapshot, species, raw_path)
     records = raw_path.with_name(snapshot.records_file)
-    counts = _empty_counts()
-    try:
-        # Whole columns a block at a time; the same bytes as the row derive below, or it gives way.
-        blocks = derived_blocks(records, snapshot.records_sha256, species, counts)
-        sha256 = _hash_blocks(blocks) if target is None else _replace(target, blocks, keep_if_equal=True)
-    except ColumnarUnavailable:
-        # The row derive takes every file and names the record and field of a bad value.
-        counts = _empty_counts()
-        lines = _streamed_lines(snapshot.iter_records(raw_path), species, raw_path, counts)
-        blocks = _blocks(lines)
-        sha256 = _hash_blocks(blocks) if target is None else _replace(target, blocks, keep_if_equal=True)
+    counts: dict[str, int] = {}
+
+    def written(blocks: Iterable[bytes]) -> str:
+        return _hash_blocks(blocks) if target is None else _replace(target, blocks, keep_if_equal=True)
+
+    sha256 = derive_records_file(records, snapshot.records_sha256, species, counts, written, raw_path)
     return StreamedDerive(raw_sha256, sha256, counts.pop("rows"), counts, raw_records_detail(snapshot))
+
+
+def derive_records_file(
+    records: Path,
+    records_sha256: str | None,
+    species: Species,
+    counts: dict[str, int],
+    consume: Callable[[Iterable[bytes]], T],
+    named_as: Path | None = None,
+) -> T:
+    """What ``consume`` makes of the derived CSV's bytes (header first, block by block) of a records
+    file; fills ``counts`` (with ``counts["rows"]``). ``named_as``: the path an error names (the raw
+    snapshot's header; else the records file).
+
+    Whole columns are derived a block at a time; where that cannot give the row derive's bytes
+    (ColumnarUnavailable), the row derive starts again, naming the record and field of a bad value.
+    """
+    counts.clear()
+    counts.update(_empty_counts())
+    try:
+        return consume(derived_blocks(records, records_sha256, species, counts))
+    except ColumnarUnavailable:
+        counts.clear()
+        counts.update(_empty_counts())
+        path = named_as or records
+        lines = _streamed_lines(iter_records(records, records_sha256), species, path, counts)
+        return consume(_blocks(lines))
 
 
 def _hash_blocks(blocks: Iterable[bytes]) -> str:

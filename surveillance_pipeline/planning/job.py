@@ -6,7 +6,7 @@ output: which partitions of each asset the next run would load, with counts and 
 import dagster as dg
 import psycopg
 
-from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSource, Warehouse
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, GeocoderSource, Warehouse
 from surveillance_pipeline.planning.plan import LOAD, MAY_LOAD, make_plan
 
 PLAN_JOB = "plan_next_run"
@@ -14,13 +14,19 @@ PLAN_JOB = "plan_next_run"
 
 @dg.op(description="What the next make run would load, and why; reads only.")
 def plan_op(
-    context: dg.OpExecutionContext, warehouse: Warehouse, paths: DataPaths, geocoder: GeocoderSource
+    context: dg.OpExecutionContext,
+    warehouse: Warehouse,
+    paths: DataPaths,
+    geocoder: GeocoderSource,
+    gbif: GbifSource,
 ) -> dg.Output[None]:
     # A plain connection: no migration, and the plan's transaction is rolled back (plan.make_plan).
     with psycopg.connect(
         warehouse.database_url, autocommit=True, application_name="surveillance_pipeline plan"
     ) as conn:
-        plan = make_plan(conn, paths, geocoder)
+        plan = make_plan(conn, paths, geocoder, reads_downloads=gbif.reads_downloads())
+    if plan.indexed_here:
+        context.log.info(f"indexed {', '.join(plan.indexed_here)} in a temporary folder to read it")
     # Every partition up to a few thousand (a warehouse of 10,000 species summarizes past that).
     table = "\n".join(plan.lines(listed=5000))
     context.log.info("plan:\n" + table)

@@ -8,13 +8,17 @@ rows now, and compared with the key its partition holds (the habit of SQLMesh's 
 ``after <asset>`` when an upstream partition loads a new key first.
 
 What only the run can know is said as such: GBIF's answer (``gbif_raw`` asks GBIF at run time; the plan
-takes the answer to be the one on disk, so a changed answer loads more than planned), whether a
+takes the answer to be the one on disk, so a changed answer loads more than planned; with
+``GBIF_SOURCE=download`` the answer is the downloads folder, which the plan reads as the run will,
+counting the records ``occurrences`` will add, change and remove: downloads.py), whether a
 re-derived file comes out different, and what the geocoder answers for localities it was never asked
 (``may load``). Reads only: a read-only connection, no file written, no Dagster run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,10 +32,12 @@ from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fingerprints import EDITED_OUTSIDE, partition_watch
 from surveillance_pipeline.core.keys import (
     JobKeyParts,
+    changed_parts,
     describe_change,
     sha256_file,
     sha256_hex,
 )
+from surveillance_pipeline.core.record_delta import RecordChanges, change_counts, describe_changes
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_loaded_parts, last_recorded_output
 from surveillance_pipeline.core.targets import WHOLE_TARGET_REF, Target
 from surveillance_pipeline.gbif.registry import Species, load_registry
@@ -39,12 +45,14 @@ from surveillance_pipeline.geocoding.service import ledger_key
 from surveillance_pipeline.ledger.batches import applied_checksums
 from surveillance_pipeline.ledger.feed import OCCURRENCE_FEED, batch_path
 from surveillance_pipeline.occurrences.derive import DERIVED_ASSET, memo_holds
+from surveillance_pipeline.occurrences.load import DELTA_SHARE_LIMIT as OCCURRENCE_DELTA_SHARE_LIMIT
 from surveillance_pipeline.occurrences.load import OCCURRENCES, OccurrenceRules, occurrence_job_parts
 from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSource
 from surveillance_pipeline.orchestration.run_config import op_config
 from surveillance_pipeline.places.geocoded import GEOCODED_LOCALITIES, geocoded_parts, localities_to_geocode
 from surveillance_pipeline.places.ledger import answers_for
 from surveillance_pipeline.places.regions import REGION_ASSIGNMENT, REGIONS, RegionLayer, assignment_parts_of
+from surveillance_pipeline.planning.downloads import PlannedDownloads, PlannedRaw, planned_rows
 from surveillance_pipeline.quality.flags import OCCURRENCE_QUALITY, quality_parts_of
 from surveillance_pipeline.quality.policy import drops_flagged
 from surveillance_pipeline.quality.references import QUALITY_REFERENCES, ReferenceLayers
@@ -120,9 +128,15 @@ class Step:
     new_key: bool | None
     # The upstream asset whose new key makes this one load, when that is why.
     after: str = ""
+    # The records a load by record-level delta would add, change and remove, where the plan can count
+    # them as the run will (occurrences from downloads).
+    changes: RecordChanges | None = None
 
     def describe(self) -> str:
         return f"{self.reason} (after {self.after})" if self.after else self.reason
+
+    def describe_with_changes(self) -> str:
+        return f"{self.describe()}: {self.changes.describe()}" if self.changes else self.describe()
 
 
 SKIPPED = Step(SKIP, "nothing changed", False)
@@ -134,6 +148,8 @@ ASKS_GBIF = Step(SKIP, "asks GBIF at run time: loads only if its answer changed"
 @dataclass
 class Plan:
     steps: dict[str, dict[str, Step]] = field(default_factory=lambda: defaultdict(dict))
+    # Downloads the run has not indexed yet, which the plan indexed in a temporary folder to read them.
+    indexed_here: list[str] = field(default_factory=list)
 
     def add(self, asset: str, partition: str, step: Step) -> Step:
         self.steps[asset][partition] = step
@@ -156,6 +172,12 @@ class Plan:
             actions = Counter(step.action for step in steps)
             reasons = Counter(step.describe() for step in steps if step.action != SKIP)
             why = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons.items())) or "-"
+            changes: Counter[str] = Counter()
+            for step in steps:
+                if step.changes is not None:
+                    changes.update(change_counts(step.changes.as_dict()))
+            if changes:
+                why += f"; {describe_changes(changes)}"
             counts = f"{actions[LOAD]:>5} {actions[MAY_LOAD]:>5} {actions[SKIP]:>5}"
             lines.append(f"{shown_name(asset):<{width}} {counts}  {why}")
         for action in (LOAD, MAY_LOAD):
@@ -166,8 +188,9 @@ class Plan:
                     f"partitions that {'will load' if action == LOAD else 'may load'} ({len(chosen)}):",
                 ]
                 lines += [
-                    f"  {shown_name(asset)} {partition}: {self.steps[asset][partition].describe()}"
+                    f"  {shown_name(asset)} {partition}: {step.describe_with_changes()}"
                     for (asset, partition), _ in chosen[:listed]
+                    for step in [self.steps[asset][partition]]
                 ]
                 if len(chosen) > listed:
                     lines.append(f"  … and {len(chosen) - listed} more")
@@ -189,8 +212,16 @@ def _after(upstream: Sequence[tuple[str, Step]]) -> Step | None:
 class Planner:
     """The plan of one warehouse and data folder, read in one connection."""
 
-    def __init__(self, conn: psycopg.Connection, paths: DataPaths, geocoder: GeocoderSource) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        paths: DataPaths,
+        geocoder: GeocoderSource,
+        downloads: PlannedDownloads | None = None,
+    ) -> None:
         self.conn, self.paths, self.plan = conn, paths, Plan()
+        # GBIF_SOURCE=download: the downloads gbif_raw will read, so the plan knows its answer.
+        self.downloads = downloads
         self.salt = geocoder.ledger_salt
         # The ledger keeps each service's answers apart: the service the run's geocoder names.
         self.geocoder = geocoder.geocoder().service
@@ -302,25 +333,40 @@ class Planner:
     def species(self, species: Species, layer: RegionLayer, regions: Step, references: Step) -> None:
         slug, ref, add = species.slug, str(species.species_id), self.plan.add
         raw, derived = self.paths.raw(slug), self.paths.derived(slug)
-        raw_step = add("gbif_raw", slug, ASKS_GBIF if raw.is_file() else Step(LOAD, "first load", True))
+        planned = self.downloads.raw(species, raw) if self.downloads is not None else None
+        if not raw.is_file():
+            raw_step = add("gbif_raw", slug, Step(LOAD, "first load", True))
+        elif planned is not None:
+            # Read from the downloads at hand: the plan knows the answer the run will take.
+            raw_step = add("gbif_raw", slug, Step(LOAD, planned.reason, True) if planned.reason else SKIPPED)
+        else:
+            raw_step = add("gbif_raw", slug, ASKS_GBIF)
 
         memo = last_recorded_output(self.conn, DERIVED_ASSET, slug)
-        if raw_step.new_key or memo is None or not derived.is_file():
+        if memo is None or not derived.is_file():
             derived_step = add("gbif_derived", slug, Step(LOAD, "first load", True))
+        elif raw_step.new_key:
+            derived_step = add("gbif_derived", slug, Step(LOAD, "input changed", True, after="gbif_raw"))
         elif memo_holds(raw, memo, derived):
             derived_step = add("gbif_derived", slug, SKIPPED)
         else:
             # Derived again; whether the file comes out different only the derive can tell.
             derived_step = add("gbif_derived", slug, Step(LOAD, "input changed", None))
 
-        occurrence_parts = None
-        if derived_step.new_key is False:
-            occurrence_parts = occurrence_job_parts(derived, OccurrenceRules(**op_config("occurrences")))
-        occurrences = add(
-            "occurrences",
-            slug,
-            self.table(OCCURRENCES, slug, ref, occurrence_parts, [("gbif_derived", derived_step)]),
-        )
+        occurrence_rules = OccurrenceRules(**op_config("occurrences"))
+        if planned is not None and planned.reason and derived_step.reason != "first load":
+            occurrences = add(
+                "occurrences", slug, self.planned_occurrences(species, planned, occurrence_rules)
+            )
+        else:
+            occurrence_parts = None
+            if derived_step.new_key is False:
+                occurrence_parts = occurrence_job_parts(derived, occurrence_rules)
+            occurrences = add(
+                "occurrences",
+                slug,
+                self.table(OCCURRENCES, slug, ref, occurrence_parts, [("gbif_derived", derived_step)]),
+            )
         quality = add(
             OCCURRENCE_QUALITY.name, slug, self.quality(species, derived_step, occurrences, references)
         )
@@ -371,10 +417,36 @@ class Planner:
         upstream = [("occurrences", occurrences), ("geocoded_localities", geocoded), ("regions", regions)]
         add("region_assignment", slug, self.table(REGION_ASSIGNMENT, slug, ref, assignment_parts, upstream))
 
+    def planned_occurrences(self, species: Species, planned: PlannedRaw, rules: OccurrenceRules) -> Step:
+        """occurrences after a new raw snapshot from the downloads: the key of the file the derive will
+        write, and, where the run would load by delta, the records it would add, change and remove."""
+        assert self.downloads is not None
+        slug, ref = species.slug, str(species.species_id)
+        held = self.held(OCCURRENCES.name, slug)
+        derived = self.paths.derived(slug)
+        if held is None or not derived.is_file():
+            return self.table(OCCURRENCES, slug, ref, None, [("gbif_derived", Step(LOAD, "", True))])
+        rows = planned_rows(planned, species, derived, rules, OCCURRENCE_DELTA_SHARE_LIMIT)
+        parts = OCCURRENCES.key_parts(rows.derived_sha256, rules.as_config())
+        step = self.table(OCCURRENCES, slug, ref, parts)
+        if step.action != LOAD or step.reason != "input changed":
+            return step
+        # The rows were compared with the derived file on disk: the base of a delta only when the held
+        # key was made from that file (and the run tries a delta: only the input changed, no edit noted).
+        watch = partition_watch(self.conn, OCCURRENCES, ref)
+        from_this_file = held[1].get("input") == sha256_file(derived)
+        if changed_parts(held[1], parts) == ["input"] and from_this_file and watch.intact and not watch.edits:
+            return Step(LOAD, step.reason, True, after="gbif_derived", changes=rows.changes)
+        return Step(LOAD, step.reason, True, after="gbif_derived")
+
     def geocoded(self, species: Species, raw_step: Step) -> Step:
         raw = self.paths.raw(species.slug)
-        if raw_step.new_key or not raw.is_file():
+        if not raw.is_file() or raw_step.reason == "first load":
             return Step(LOAD, "first load", True)
+        if raw_step.new_key:
+            # A new raw snapshot (from downloads): whether its localities or their answers differ, the
+            # run tells once the file is written.
+            return Step(MAY_LOAD, "input changed", None, after="gbif_raw")
         records = localities_to_geocode(raw, species)
         key_of = {text: ledger_key(self.salt, text) for text in sorted({r.normalized for r in records})}
         entries = answers_for(self.conn, self.geocoder, key_of.values())
@@ -474,7 +546,7 @@ class Planner:
             ),
         )
 
-    def run(self, species_planned: list[Species] | None = None) -> Plan:
+    def run(self, species_planned: Sequence[Species] | None = None) -> Plan:
         layer, regions = self.regions()
         references = self.quality_references()
         for species in load_registry() if species_planned is None else species_planned:
@@ -496,10 +568,28 @@ def _merge(steps: Any) -> Step:
 
 
 def make_plan(
-    conn: psycopg.Connection, paths: DataPaths, geocoder: GeocoderSource, species: list[Species] | None = None
+    conn: psycopg.Connection,
+    paths: DataPaths,
+    geocoder: GeocoderSource,
+    species: list[Species] | None = None,
+    *,
+    reads_downloads: bool = False,
 ) -> Plan:
     """The plan, read in one snapshot, in a transaction that is rolled back whatever it did: the ledger's
-    reads share-lock their rows, and nothing may stay of a plan."""
-    with conn.transaction(force_rollback=True):
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        return Planner(conn, paths, geocoder).run(species)
+    reads share-lock their rows, and nothing may stay of a plan.
+
+    ``reads_downloads`` (GBIF_SOURCE=download): gbif_raw's answer is read from the downloads folder, as the
+    run will read it, and occurrences' record changes are counted; a download the run has not indexed yet
+    is indexed in a temporary folder, deleted with the plan."""
+    registry = load_registry() if species is None else species
+    with contextlib.ExitStack() as stack:
+        downloads = None
+        if reads_downloads:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="surveillance-plan-")))
+            # Indexed for the whole registry, as gbif_raw indexes them, whichever species are planned.
+            downloads = PlannedDownloads(paths.downloads(), paths.download_index(), load_registry(), scratch)
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            plan = Planner(conn, paths, geocoder, downloads).run(registry)
+        plan.indexed_here = downloads.indexed_here if downloads is not None else []
+        return plan

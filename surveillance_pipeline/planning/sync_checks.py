@@ -54,6 +54,8 @@ def current_plan(warehouse: Warehouse, paths: DataPaths, geocoder: GeocoderSourc
     with psycopg.connect(
         warehouse.database_url, autocommit=True, application_name="surveillance_pipeline plan"
     ) as conn:
+        # Not reading the downloads (make_plan's reads_downloads): every two minutes, that would derive
+        # each species a new download changes. A new download shows as gbif_downloads' new data version.
         return make_plan(conn, paths, geocoder)
 
 

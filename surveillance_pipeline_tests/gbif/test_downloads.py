@@ -47,6 +47,7 @@ from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurre
 from surveillance_pipeline.orchestration import run_settings
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
+from surveillance_pipeline.planning.plan import SKIPPED, make_plan
 from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
@@ -420,6 +421,69 @@ def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_re
     _write_dwca_of(downloads / "february.zip", [DEVIL_ROWS[3]], "0003457-270201000000000", taxon)
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert _devil_ids(db) == []
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): sha256_file(path) for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_make_plan_reads_a_newer_download_and_counts_what_occurrences_will_change(
+    db, database_url, data_dir, instance
+):
+    """With GBIF_SOURCE=download the plan reads the downloads as gbif_raw will: a newer download of the
+    query loads the species, and occurrences' record changes are the ones the run then reports. The plan
+    writes nothing: not the data folder (the download not yet indexed is indexed in a temporary folder),
+    not a state row."""
+    resources = _download_resources(database_url, data_dir)
+    downloads = data_dir / "downloads"
+    taxon = '{"type":"equals","key":"TAXON_KEY","value":"2433"}'
+    devil = species_by_slug(DEVIL)
+
+    def row(key: int, year: int, locality: str = "Tasmania", longitude: str = "") -> str:
+        longitude = longitude or f"{147 + (key - 6000) / 100:.2f}"
+        return f"{longitude}\t{locality}\tCC0_1_0\t{key}\tSarcophilus harrisii\t-42.0\t{year}\t\n"
+
+    november = [row(key, 2000 + key - 6000) for key in range(6001, 6021)]
+    _write_dwca_of(downloads / "november.zip", november, "0001234-261101000000000", taxon)
+    dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+
+    def plan():
+        return make_plan(db, resources["paths"], resources["geocoder"], [devil], reads_downloads=True)
+
+    unchanged = plan().steps
+    assert [unchanged[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [SKIPPED] * 3
+
+    # December: 6001 gone; 6002 in another year; 6003's locality (occurrences keeps none) and 6004's
+    # longitude written with another zero (derive writes the number) change no row; 6021 new.
+    december = [row(6002, 1999), row(6003, 2003, "Hobart"), row(6004, 2004, longitude="147.040")]
+    december += [*november[4:], row(6021, 2021)]
+    _write_dwca_of(downloads / "december.zip", december, "0002345-261201000000000", taxon)
+    files, state = _files(data_dir), db.execute("SELECT * FROM target_state ORDER BY 1, 2").fetchall()
+    planned = plan()
+    assert _files(data_dir) == files
+    assert db.execute("SELECT * FROM target_state ORDER BY 1, 2").fetchall() == state
+    assert planned.indexed_here == ["december.zip"]
+    raw, derived, occurrences = (
+        planned.steps[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")
+    )
+    assert (raw.action, raw.reason) == (
+        "load",
+        "request changed; newer download 0002345-261201000000000 of the same query",
+    )
+    assert (derived.action, derived.describe()) == ("load", "input changed (after gbif_raw)")
+    assert occurrences.changes is not None
+    assert occurrences.describe_with_changes() == (
+        "input changed (after gbif_derived): 1 added, 1 changed, 1 removed of 20"
+    )
+    assert any("by delta (1): 1 added, 1 changed, 1 removed of 20" in line for line in planned.lines())
+
+    run = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert metadata(run, "gbif_raw")["reason"] == raw.reason
+    assert metadata(run, "occurrences")["records_changed"] == occurrences.changes.describe()
+    after = plan().steps
+    assert [after[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [SKIPPED] * 3
 
 
 @pytest.mark.db
