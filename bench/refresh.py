@@ -32,7 +32,7 @@ import psycopg
 
 from bench.shared.bench_species import BENCH_SPECIES, create_like_occurrences
 from bench.shared.gbif_download import cached_dwca, place_download
-from bench.shared.group_runs import RSS_CAP_GB, run_group
+from bench.shared.group_runs import RSS_CAP_GB, GroupRun, run_group
 from bench.shared.import_limit import DUCKDB_SCRIPT, LIMIT_SQL, UNZIP_SCRIPT
 from bench.shared.month_later import cached_month_later
 from bench.shared.processes import GB, run_measured
@@ -206,6 +206,7 @@ def measure_size(server_url: str, work: Path, cache: Path, records: int) -> dict
         },
     }
     make_run = [sys.executable, "-m", "surveillance_pipeline.commands.make_run"]
+    make_plan = [sys.executable, "-m", "surveillance_pipeline.commands.plan", "--list", "0"]
     pid = os.getpid()
     data, fresh_data = work / f"refresh-data-{records}", work / f"refresh-fresh-{records}"
     with (
@@ -219,12 +220,15 @@ def measure_size(server_url: str, work: Path, cache: Path, records: int) -> dict
         result["first"] = first.as_dict()
         if first.returncode == 0:
             shutil.copyfile(later.path, data / "downloads" / later.path.name)
+            log(f"refresh {records:,}: make plan with the month-later download beside the first")
+            plan = run_group(make_plan, environment, rss_cap_kb)
             log(f"refresh {records:,}: make run with the month-later download beside the first")
             month = run_group(make_run, environment, rss_cap_kb)
             result["month_later"] = month.as_dict()
             result["month_later"]["table"] = [
                 line for line in month.stdout.splitlines() if "by delta" in line
             ]
+            result["plan"] = planned_against_run(plan, month.stdout)
             by_delta = _state_rows(warehouse_url), _files(data)
     if first.returncode == 0:
         with (
@@ -252,6 +256,29 @@ def measure_size(server_url: str, work: Path, cache: Path, records: int) -> dict
     shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(fresh_data, ignore_errors=True)
     return result
+
+
+def _record_changes(text: str, asset: str) -> str | None:
+    """The 'by delta (N): … of M' an asset's line of make run's (or make plan's) table ends with."""
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0] == asset and "by delta" in line:
+            return line[line.index("by delta") :].split(";")[0].strip()
+    return None
+
+
+def planned_against_run(plan: GroupRun, run_stdout: str) -> dict[str, Any]:
+    """make plan's time and its count of occurrences' record changes, against what the run then did."""
+    planned, done = _record_changes(plan.stdout, "occurrences"), _record_changes(run_stdout, "occurrences")
+    return {
+        "seconds": round(plan.seconds, 3),
+        "returncode": plan.returncode,
+        "peak_mb": round(plan.peak_group_kb / 1024, 1),
+        "error": plan.stderr_tail if plan.returncode else None,
+        "occurrences_planned": planned,
+        "occurrences_run": done,
+        "agrees": planned is not None and planned == done,
+    }
 
 
 def ratios(size: dict[str, Any]) -> dict[str, float | None]:
@@ -313,6 +340,14 @@ def markdown(section: dict[str, Any]) -> str:
                 f"| {asset} | {shown.get('seconds') if shown.get('seconds') is not None else '-'} "
                 f"| {month_seconds if month_seconds is not None else '-'} |"
             )
+        plan = size.get("plan")
+        if plan:
+            lines += [
+                "",
+                f"make plan beforehand: {plan['seconds']:.1f} s (peak {plan['peak_mb']} MB), "
+                f"occurrences {plan['occurrences_planned']}; the run: {plan['occurrences_run']} "
+                f"({'the same' if plan['agrees'] else '**not the same**'}).",
+            ]
         if size.get("month_later", {}).get("table"):
             lines += ["", "What the deltas applied (make run's lines):", "", "```"]
             lines += [line.strip() for line in size["month_later"]["table"]]
