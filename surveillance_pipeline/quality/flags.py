@@ -360,14 +360,13 @@ def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRule
     from surveillance_pipeline.quality.outliers import outlier_sites
 
     exact = int(rules.param("outliers", "exact_up_to_points"))
-    query = load_sql(PACKAGE, "select_quality_sites").format(
-        occurrences=sql.Identifier(partition_table_name(species.species_id))
-    )
+    occurrences = sql.Identifier(partition_table_name(species.species_id))
+    points = conn.execute(load_sql(PACKAGE, "create_quality_points").format(occurrences=occurrences)).rowcount
+    thinned = points > exact
     cell = float(rules.param("outliers", "cell_degrees"))
-    sites = conn.execute(query, {"thinned": False, "cell": cell, "most": exact + 1}).fetchall()
-    thinned = len(sites) > exact
-    if thinned:
-        sites = conn.execute(query, {"thinned": True, "cell": cell, "most": None}).fetchall()
+    sites = conn.execute(
+        load_sql(PACKAGE, "select_quality_sites"), {"thinned": thinned, "cell": cell}
+    ).fetchall()
     table = np.array(sites, dtype=np.float64).reshape(-1, 3)
     verdicts = outlier_sites(
         table[:, 0],

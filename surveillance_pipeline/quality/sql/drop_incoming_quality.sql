@@ -1,2 +1,2 @@
 -- A delta found too large: the tables its rows were made from go before the full reload makes them again.
-DROP TABLE IF EXISTS incoming_quality_terms, incoming_outliers, quality_candidates
+DROP TABLE IF EXISTS incoming_quality_terms, incoming_outliers, quality_points, quality_candidates
