@@ -69,6 +69,8 @@ replay: provision ## Regenerate a masked release from provenance row ID (make re
 	@$(WITH_KEPT) $(BIN)/python -m surveillance_pipeline.releases.replay --provenance-id $(ID)
 
 faults: provision ## Kill, restart, overlap and disconnect loads, stop Redis and PostgreSQL; print the reliability table (~10–12 min)
+	@# The broker rows start a Redis of their own: installed here as make test installs it.
+	@bash scripts/provision_redis.sh --install-only
 	@mkdir -p .dagster
 	@$(WITH_ENV) $(BIN)/python -m faults $(FAULTS_ARGS)
 
