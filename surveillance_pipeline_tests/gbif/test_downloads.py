@@ -485,6 +485,17 @@ def test_make_plan_reads_a_newer_download_and_counts_what_occurrences_will_chang
     after = plan().steps
     assert [after[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [SKIPPED] * 3
 
+    # January's download of the query holds no devil: its partition will end empty, all 20 removed, too
+    # many for a delta.
+    echidna = "147.2\t\tCC0_1_0\t7001\tTachyglossus aculeatus\t-42.8\t2020\t\n"
+    _write_dwca_of(downloads / "january.zip", [echidna], "0003456-270101000000000", taxon)
+    vanished = plan().steps["occurrences"][DEVIL]
+    assert vanished.changes is not None and not vanished.changes.applied
+    emptied = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert metadata(emptied, "occurrences")["records_changed"] == vanished.changes.describe()
+    assert vanished.changes.describe() == "reloaded: delta too large (0 added, 0 changed, 20 removed of 0)"
+    assert _devil_ids(db) == []
+
 
 @pytest.mark.db
 @pytest.mark.dagster
