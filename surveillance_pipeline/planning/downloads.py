@@ -3,9 +3,9 @@ read before the run: the request each species' raw snapshot will name, and the r
 occurrences will add, change and remove (``make plan``).
 
 The downloads are read as gbif_raw reads them (their indexes, the species' parts, the newest download of
-each query) and derived as gbif_derived derives them; what a run would write is kept in memory, or, for
-a download not indexed yet or a species merged from several downloads, in a temporary folder deleted
-with the plan. The derived rows are compared with the derived file occurrences holds the rows of, record
+each query) and derived as gbif_derived derives them, streamed and hashed rather than written; only a
+download not indexed yet, and a species merged from several downloads, are written, into a temporary
+folder deleted with the plan. The derived rows are compared with the derived file occurrences holds the rows of, record
 by record, as the delta compares the rows (by gbifID and every column): the same counts.
 """
 
