@@ -5,8 +5,8 @@ occurrences will add, change and remove (``make plan``).
 The downloads are read as gbif_raw reads them (their indexes, the species' parts, the newest download of
 each query) and derived as gbif_derived derives them, streamed and hashed rather than written; only a
 download not indexed yet, and a species merged from several downloads, are written, into a temporary
-folder deleted with the plan. The derived rows are compared with the derived file occurrences holds the rows of, record
-by record, as the delta compares the rows (by gbifID and every column): the same counts.
+folder deleted with the plan. The derived rows are compared with the derived file occurrences holds the
+rows of, record by record, as the delta compares the rows (by gbifID and every column): the same counts.
 """
 
 from __future__ import annotations
