@@ -145,7 +145,8 @@ def occurrence_job_parts(derived: bytes | Path, rules: OccurrenceRules) -> JobKe
     return OCCURRENCES.key_parts(checksum, rules.as_config())
 
 
-def _blocks(derived: bytes | Path) -> Iterator[bytes]:
+def derived_file_blocks(derived: bytes | Path) -> Iterator[bytes]:
+    """A derived file (its path, or its bytes) a block at a time."""
     if isinstance(derived, Path):
         with derived.open("rb") as handle:
             while block := handle.read(COPY_BLOCK):
@@ -252,7 +253,7 @@ def copy_incoming(
     connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
     copied = hashlib.sha256()
     with connection.cursor().copy("COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)") as copy:
-        for block in _blocks(derived):
+        for block in derived_file_blocks(derived):
             copied.update(block)
             copy.write(block)
             fault_point(MID_COPY, connection)

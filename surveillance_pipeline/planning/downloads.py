@@ -34,7 +34,7 @@ from surveillance_pipeline.gbif.raw_snapshots import records_path
 from surveillance_pipeline.gbif.records import RecordsWriter
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import derive_records_file
-from surveillance_pipeline.occurrences.load import OccurrenceRules
+from surveillance_pipeline.occurrences.load import OccurrenceRules, derived_file_blocks
 
 
 @dataclass(frozen=True)
@@ -116,17 +116,11 @@ def planned_rows(
             yield block
 
     def compared(blocks: Iterable[bytes]) -> RecordChanges:
-        return _compare(_file_blocks(held_derived), hashed(blocks), rules, share_limit)
+        return _compare(derived_file_blocks(held_derived), hashed(blocks), rules, share_limit)
 
     counts: dict[str, int] = {}
     changes = derive_records_file(raw.records, raw.records_sha256, species, counts, compared)
     return PlannedRows(digest.hexdigest(), changes)
-
-
-def _file_blocks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            yield block
 
 
 def _rows(blocks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
