@@ -307,6 +307,14 @@ def insert_quality_rows(
     connection.execute("SET LOCAL jit = off")
     connection.execute("SET LOCAL work_mem = '128MB'")
     connection.execute("SET LOCAL default_statistics_target = 10")
+    # The statement joins every record with its point's flags, its site's verdict and its duplicates rank.
+    # Guessing from its CTEs a tenth of the points there are, the planner sorted the records' wide rows
+    # for merge joins, three times; hashed, they are read once, and the rows come out the same. For a
+    # delta's candidates, 3.3-3.5 s instead of 6.1-8.3 s (the largest species of the bench's 1M download,
+    # 2026-12-06 at d4c6aa5); for a full reload of that species 6.5-6.7 s instead of 7.1-7.2 s, and of
+    # its second largest (114,237 records) 3.1-3.2 s instead of 3.5-3.7 s (alternating, 2026-12-07 at
+    # 3bf8602; the same md5 over the rows both ways).
+    connection.execute("SET LOCAL enable_mergejoin = off")
     connection.execute("ANALYZE incoming_quality_terms")
     parameters = {
         **statement_parameters(species, rules),
@@ -317,12 +325,6 @@ def insert_quality_rows(
     occurrences = sql.Identifier(partition_table_name(species.species_id))
     records_made = ALL_RECORDS
     if reuse_held:
-        # The candidates join every record with its held row and its site's verdict: the planner, guessing
-        # a few thousand rows, sorted the records' wide rows for merge joins; hashed, they are read once.
-        # (The same held for the statement when it made every record's row: 3.3-3.5 s instead of 6.1-8.3 s
-        # for the largest species of the bench's 1M download, 2026-12-06 at d4c6aa5.) A full reload took
-        # the same either way, so it keeps the planner's choice.
-        connection.execute("SET LOCAL enable_mergejoin = off")
         connection.execute("ANALYZE incoming_outliers")
         connection.execute(
             load_sql(PACKAGE, "create_quality_candidates").format(held=held, occurrences=occurrences),
@@ -338,8 +340,7 @@ def insert_quality_rows(
         records_made=records_made,
     )
     rows = connection.execute(statement, parameters).rowcount
-    if reuse_held:
-        connection.execute("SET LOCAL enable_mergejoin TO DEFAULT")
+    connection.execute("SET LOCAL enable_mergejoin TO DEFAULT")
     return rows
 
 
