@@ -24,7 +24,7 @@ from surveillance_pipeline.core.refresh import RefreshOutcome, refresh_partition
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, read_raw_bytes, read_raw_snapshot
-from surveillance_pipeline.gbif.records import RECORD_COLUMNS, iter_record_lines, record_from_fields
+from surveillance_pipeline.gbif.records import iter_records_without_coordinates
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.geocoding.service import Geocoder, ledger_key, normalize_locality
 from surveillance_pipeline.occurrences.derive import check_request
@@ -82,11 +82,9 @@ def _records_without_coordinates(snapshot: RawSnapshot, raw_path: Path) -> Itera
     if snapshot.records_file is None:
         yield from snapshot.records
         return
-    latitude, longitude = RECORD_COLUMNS.index("decimalLatitude"), RECORD_COLUMNS.index("decimalLongitude")
-    for line in iter_record_lines(raw_path.with_name(snapshot.records_file), snapshot.records_sha256):
-        fields = line.split("\t")
-        if not fields[latitude] and not fields[longitude]:
-            yield record_from_fields(fields)
+    yield from iter_records_without_coordinates(
+        raw_path.with_name(snapshot.records_file), snapshot.records_sha256
+    )
 
 
 def geocoded_parts(

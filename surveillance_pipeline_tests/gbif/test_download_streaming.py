@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from surveillance_pipeline.core.errors import InputError
+from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif import download_index
 from surveillance_pipeline.gbif.download_columns import ColumnarUnavailable, read_column_batches
@@ -29,9 +29,13 @@ from surveillance_pipeline.gbif.downloads import describe_download, read_records
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
 from surveillance_pipeline.gbif.records import (
+    DECIMAL_TERMS,
+    INTEGER_TERMS,
     RECORD_COLUMNS,
+    TEXT_TERMS,
     RecordsWriter,
     iter_record_lines,
+    iter_records_without_coordinates,
     record_from_fields,
 )
 from surveillance_pipeline.gbif.registry import species_by_slug
@@ -238,6 +242,40 @@ def test_a_records_file_has_the_same_bytes_written_by_lines_or_by_blocks(tmp_pat
         by_blocks = writer.commit()
         assert writer.rows == 3
     assert by_lines == by_blocks == RECORDS_FILE_SHA256
+
+
+def test_the_records_without_coordinates_are_those_a_line_by_line_reading_finds(tmp_path):
+    """Found by a pattern over blocks of the inflated file: lines across blocks, empty fields beside the
+    coordinates, one coordinate of the two, and a last line without its newline."""
+    latitude, longitude = RECORD_COLUMNS.index("decimalLatitude"), RECORD_COLUMNS.index("decimalLongitude")
+    chosen = random.Random(20261207)
+    # Each column's values, empty ones often: text with an escaped tab, whole numbers, decimals.
+    values = {name: ["", "a\\tb é"] for name in TEXT_TERMS}
+    values.update({name: ["", "7"] for name in INTEGER_TERMS})
+    values.update({name: ["", "", "-41.5"] for name in ("decimalLatitude", "decimalLongitude")})
+    values.update({name: ["", "0.01"] for name in DECIMAL_TERMS})
+    values["issues"] = ["", "ZERO_COORDINATE;COUNTRY_COORDINATE_MISMATCH"]
+    lines = [
+        "\t".join([str(key)] + [chosen.choice(values[name]) for name in RECORD_COLUMNS[1:]]) + "\n"
+        for key in range(1, 40_001)
+    ]
+    lines[-1] = lines[-1].rstrip("\n")
+    path = tmp_path / "part.tsv.gz"
+    with RecordsWriter(path) as writer:
+        writer.write_lines(lines)
+        sha256 = writer.commit()
+    assert path.stat().st_size > 0 and sum(map(len, lines)) > 2 * (1 << 20)  # several of its blocks
+
+    expected = []
+    for line in iter_record_lines(path, sha256):
+        fields = line.split("\t")
+        if not fields[latitude] and not fields[longitude]:
+            expected.append(record_from_fields(fields))
+    found = list(iter_records_without_coordinates(path, sha256))
+    assert found == expected
+    assert 10_000 < len(found) < 30_000  # four in nine: the test sees both kinds of line
+    with pytest.raises(StaleInputError):
+        list(iter_records_without_coordinates(path, "0" * 64))
 
 
 # Damage near the start breaks the deflate stream itself (zlib's "invalid distance"); in the middle, the
