@@ -175,9 +175,9 @@ SELECT 'CREATE DATABASE surveillance OWNER surveillance'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'surveillance') \gexec
 SQL
 # PostGIS in template1 too (of our own cluster), so databases the tests create get it without superuser
-# rights.
+# rights. Quietly: on every run after the first, PostgreSQL notices that it is there already.
 for database in surveillance template1; do
-  as_postgres -d "$database" -c "CREATE EXTENSION IF NOT EXISTS postgis"
+  as_postgres -d "$database" -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS postgis"
 done
 
 url="postgresql://surveillance:$password@127.0.0.1:$port/surveillance"
