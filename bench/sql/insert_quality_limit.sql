@@ -16,7 +16,8 @@ SELECT r.id, %(species_id)s, r.basis, r.status, r.means, r.individuals, r.event_
        CASE WHEN r.lon IS NOT NULL THEN sqrt(r.lon * r.lon + r.lat * r.lat) <= 0.5 END,
        CASE WHEN r.lon IS NOT NULL THEN abs(r.lat) = abs(r.lon) END,
        CASE WHEN r.lon IS NOT NULL THEN EXISTS (
-           SELECT 1 FROM {references} AS q WHERE q.layer = 'capitals' AND ST_DWithin(q.geog, r.geog, 10000)) END,
+           SELECT 1 FROM {references} AS q
+           WHERE q.layer = 'capitals' AND ST_DWithin(q.geog, r.geog, 10000)) END,
        CASE WHEN r.lon IS NOT NULL THEN EXISTS (
            SELECT 1 FROM {references} AS q WHERE q.layer IN ('country_centroids', 'province_centroids')
              AND ST_DWithin(q.geog, r.geog, 1000)) END,

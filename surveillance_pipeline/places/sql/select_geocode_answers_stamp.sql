@@ -3,7 +3,8 @@
 -- which then need not bring every entry to Python; a load still reads and share-locks the entries.
 SELECT count(*),
        md5(coalesce(string_agg(
-           concat_ws('|', idempotency_key, status, coalesce(longitude::text, '-'), coalesce(latitude::text, '-')),
+           concat_ws('|', idempotency_key, status, coalesce(longitude::text, '-'),
+                     coalesce(latitude::text, '-')),
            E'\n' ORDER BY idempotency_key COLLATE "C"), ''))
 FROM geocode_calls
 WHERE service = %(service)s

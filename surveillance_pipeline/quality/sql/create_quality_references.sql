@@ -17,7 +17,8 @@ CREATE TABLE {table} (
     geog    geography(Geometry, 4326),
     cell_x  integer,
     cell_y  integer,
-    CONSTRAINT a_piece_or_a_cell CHECK ((geom IS NULL) = (cell_x IS NOT NULL) AND (geog IS NULL) = (geom IS NULL)),
+    CONSTRAINT a_piece_or_a_cell
+        CHECK ((geom IS NULL) = (cell_x IS NOT NULL) AND (geog IS NULL) = (geom IS NULL)),
     PRIMARY KEY (layer, piece)
 );
 -- One index per layer and kind of test: a probe then reads its layer's tree alone (with one index over

@@ -13,7 +13,9 @@ FROM read_csv(
     delim = ',',
     quote = '"',
     escape = '"',
-    columns = {'id': 'BIGINT', 'year': 'INTEGER', 'longitude': 'DOUBLE', 'latitude': 'DOUBLE', 'license': 'VARCHAR'}
+    columns = {
+        'id': 'BIGINT', 'year': 'INTEGER', 'longitude': 'DOUBLE', 'latitude': 'DOUBLE', 'license': 'VARCHAR'
+    }
 ) AS csv
 WHERE (csv.license IS NULL OR list_contains(CAST($licenses AS VARCHAR[]), csv.license))
   AND (NOT $require_coordinates OR csv.longitude IS NOT NULL)
