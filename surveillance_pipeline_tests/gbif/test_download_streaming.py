@@ -276,6 +276,15 @@ def test_the_records_without_coordinates_are_those_a_line_by_line_reading_finds(
     assert 10_000 < len(found) < 30_000  # four in nine: the test sees both kinds of line
     with pytest.raises(StaleInputError):
         list(iter_records_without_coordinates(path, "0" * 64))
+    # A line the pattern finds that is not a record: named with its file and line.
+    broken = lines[:5] + ["not-a-key" + "\t" * (len(RECORD_COLUMNS) - 1) + "\n"]
+    path = tmp_path / "broken.tsv.gz"
+    with RecordsWriter(path) as writer:
+        writer.write_lines(broken)
+        writer.commit()
+    with pytest.raises(InputError) as caught:
+        list(iter_records_without_coordinates(path))
+    assert (caught.value.path, caught.value.where) == (str(path), "line 6")
 
 
 # Damage near the start breaks the deflate stream itself (zlib's "invalid distance"); in the middle, the
@@ -295,10 +304,11 @@ def test_a_records_file_reads_back_its_lines_and_a_damaged_one_is_an_input_error
     data[at : at + 64] = bytes(64)
     damaged = tmp_path / "damaged.tsv.gz"
     damaged.write_bytes(bytes(data))
-    with pytest.raises(InputError) as caught:
-        list(iter_record_lines(damaged))
-    assert caught.value.path == str(damaged)
-    assert "not a readable records file" in str(caught.value)
+    for read in (iter_record_lines, iter_records_without_coordinates):
+        with pytest.raises(InputError) as caught:
+            list(read(damaged))
+        assert caught.value.path == str(damaged)
+        assert "not a readable records file" in str(caught.value)
 
 
 @pytest.mark.parametrize(("sort_bytes", "sample_every"), [(200, 1), (200, 32), (600, 2)])
