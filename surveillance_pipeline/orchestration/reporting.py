@@ -74,12 +74,15 @@ BATCH_SECONDS = 2.0
 NO_VERSION = "INITIAL"
 RUN_SUMMARY_TAG_PREFIX = "surveillance/"
 FAILED_PARTITIONS_METADATA_KEY = "failed partitions"
-# Partitions computed side by side may get this many times their number ahead of the one being reported.
-# While one thread computes a big species, the other goes on with the species after it until it is that
-# far ahead, then waits. The 1M bench's largest species holds a quarter of the records, and the eight after
-# it less than it alone: at 4, the partition threads of a full reload of occurrence_quality were busy 94% of
-# the step (88.4 thread-seconds in 2 x 46.9 s); at 16, all of it (71.8 in 2 x 35.9 s; py-spy --idle,
-# 2026-12-07 at adb0053). What waits meanwhile is each computed partition's report (some 20 kB).
+# Partitions computed side by side: this many times their number are started, the one being reported
+# included. While one thread computes a big species, the other goes on with the species after it until
+# it is that far ahead, then waits. The 1M bench's largest species holds a quarter of the records, and
+# the eight after it less than it alone: at 4, the partition threads of a full reload of
+# occurrence_quality were busy 94% of the step (88.4 thread-seconds in 2 x 46.9 s); at 16, all of it
+# (71.8 in 2 x 35.9 s; py-spy --idle, 2026-12-07 at adb0053). What waits meanwhile is each computed
+# partition's report (some 20 kB). A run interrupted meanwhile leaves the partitions computed but not
+# yet reported (up to 31) committed in the warehouse and not materialized in Dagster, until its next run
+# reports them as skips.
 RUN_AHEAD = 16
 
 
