@@ -313,7 +313,9 @@ def insert_quality_rows(
     # delta's candidates, 3.3-3.5 s instead of 6.1-8.3 s (the largest species of the bench's 1M download,
     # 2026-12-06 at d4c6aa5); for a full reload of that species 6.5-6.7 s instead of 7.1-7.2 s, and of
     # its second largest (114,237 records) 3.1-3.2 s instead of 3.5-3.7 s (alternating, 2026-12-07 at
-    # 3bf8602; the same md5 over the rows both ways).
+    # 3bf8602; the same md5 over the rows both ways). At 5M (1,232,322 records in the largest species),
+    # the step's first run took 117.9 s hashed against 143.1 s merged (two runs of the refresh bench, at
+    # 8eaf87e and 265d40a).
     connection.execute("SET LOCAL enable_mergejoin = off")
     connection.execute("ANALYZE incoming_quality_terms")
     parameters = {
