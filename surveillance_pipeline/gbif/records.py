@@ -313,24 +313,31 @@ def iter_records_without_coordinates(
     not a record (a damaged file inflates to anything before its checksum fails) is an InputError naming
     the file and the line."""
     with open_hashed_records(path, expected_sha256) as unzipped:
-        rest = b""
         lines_before = 0  # the lines of the file before the current block's position ``counted``
-        while True:
-            block = unzipped.read(GZIP_BLOCK)
-            if not block:
-                if not rest:
-                    break
-                block = b"\n"  # a last line without its newline
-            block = rest + block
-            end = block.rfind(b"\n") + 1
-            rest = block[end:]
+        for block in whole_line_blocks(iter(lambda: unzipped.read(GZIP_BLOCK), b"")):
+            if not block.endswith(b"\n"):
+                block += b"\n"  # a last line without its newline
             counted = 0
-            for found in _LINE_WITHOUT_COORDINATES.finditer(block, 0, end):
+            for found in _LINE_WITHOUT_COORDINATES.finditer(block):
                 start = block.rfind(b"\n", 0, found.start()) + 1
                 lines_before += block.count(b"\n", counted, start)
                 counted = start
                 yield _record_of_line(path, lines_before + 1, block[start : found.end() - 1])
-            lines_before += block.count(b"\n", counted, end)
+            lines_before += block.count(b"\n", counted)
+
+
+def whole_line_blocks(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """``blocks`` regrouped to end where a line ends: a line cut between two blocks goes whole into the
+    later one; a last line without its newline comes last, as it is."""
+    rest = b""
+    for block in blocks:
+        block = rest + block
+        end = block.rfind(b"\n") + 1
+        rest = block[end:]
+        if end:
+            yield block[:end]
+    if rest:
+        yield rest
 
 
 def _record_of_line(path: Path, number: int, line: bytes) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from surveillance_pipeline.gbif.ingest import (
     stored_snapshot,
 )
 from surveillance_pipeline.gbif.raw_snapshots import records_path
-from surveillance_pipeline.gbif.records import RecordsWriter
+from surveillance_pipeline.gbif.records import RecordsWriter, whole_line_blocks
 from surveillance_pipeline.gbif.registry import Species
 from surveillance_pipeline.occurrences.derive import derive_records_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, derived_file_blocks
@@ -125,18 +125,16 @@ def planned_rows(
 
 def _rows(blocks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     """A derived CSV's rows (id, line), after its header, in the file's order (by id)."""
-    rest = b""
     header = True
-    for block in blocks:
-        lines = (rest + block).split(b"\n")
-        rest = lines.pop()
+    for block in whole_line_blocks(blocks):
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()
         for line in lines:
             if header:
                 header = False
                 continue
             yield int(line[: line.index(b",")]), line
-    if rest:
-        yield int(rest[: rest.index(b",")]), rest
 
 
 def _compare(
