@@ -53,3 +53,49 @@ def test_analyzes_once_and_only_stale_statistics(db: psycopg.Connection, databas
     current.ensure()
     assert current.analyzed_seconds is None
     assert _analyzed(db) == (2, 30_000.0)
+
+
+def test_analyzes_a_loaded_table_whose_change_counts_were_lost(server_url: str) -> None:
+    # A table loaded and vacuumed, never analyzed, then its change counts lost (as after a crash or an
+    # immediate shutdown; here a database copied from it, which starts without them): autovacuum's rule
+    # sees nothing changed, and the planner would guess every column of it.
+    from psycopg import sql
+
+    from surveillance_pipeline_tests.conftest import scratch_database
+    from surveillance_pipeline_tests.support.scratch_databases import drop_database, with_database
+
+    with scratch_database(server_url, "statistics_loaded") as loaded_url:
+        with psycopg.connect(loaded_url, autocommit=True) as loaded:
+            loaded.execute("CREATE TABLE counted (id integer) WITH (autovacuum_enabled = false)")
+            loaded.execute("INSERT INTO counted SELECT g FROM generate_series(1, 10000) AS g")
+            # Counts its rows (reltuples), as autovacuum's vacuum after many inserts does: no statistics.
+            loaded.execute("VACUUM counted")
+        copy_name = f"{loaded_url.rsplit('/', 1)[1]}_copy"
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            drop_database(admin, copy_name)
+            admin.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(copy_name), sql.Identifier(loaded_url.rsplit("/", 1)[1])
+                )
+            )
+        copy_url = with_database(server_url, copy_name)
+        try:
+            with psycopg.connect(copy_url, autocommit=True) as copy:
+                row = copy.execute(
+                    "SELECT s.n_mod_since_analyze, c.reltuples FROM pg_stat_user_tables AS s "
+                    "JOIN pg_class AS c ON c.oid = s.relid WHERE s.relname = 'counted'"
+                ).fetchone()
+                assert row == (0, 10_000.0)  # what autovacuum's rule reads: nothing changed since a count
+
+                lost = StatisticsBeforeUse(lambda: psycopg.connect(copy_url, autocommit=True), "counted")
+                lost.ensure()
+                assert lost.analyzed_seconds is not None
+                assert _analyzed(copy) == (1, 10_000.0)
+
+                # Analyzed once, its statistics are current again.
+                again = StatisticsBeforeUse(lambda: psycopg.connect(copy_url, autocommit=True), "counted")
+                again.ensure()
+                assert again.analyzed_seconds is None
+        finally:
+            with psycopg.connect(server_url, autocommit=True) as admin:
+                drop_database(admin, copy_name)
