@@ -102,6 +102,7 @@ def occurrence_quality(
                 run_id=context.run.run_id,
                 held=held,
                 statistics=statistics,
+                site_sums=paths.memo(flags.OCCURRENCE_QUALITY.name, f"{slug}.sites").with_suffix(".bin"),
             )
             memo = paths.memo(flags.OCCURRENCE_QUALITY.name, slug)
             counts, version_of_rows = flags.outcome_quality_counts(conn, species, outcome, memo)

@@ -195,6 +195,7 @@ def refresh_occurrence_quality(
     run_id: str,
     held: HeldKeys | None = None,
     statistics: StatisticsBeforeUse | None = None,
+    site_sums: Path | None = None,
 ) -> RefreshOutcome:
     """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does.
 
@@ -205,6 +206,8 @@ def refresh_occurrence_quality(
     ``held``: what the inputs held when the step began (``held_quality_inputs``), from which a skip is
     decided in one statement (refresh_partition's ``likely_parts``). ``statistics``: the table's
     statistics, brought up to date before the first delta of the step plans its joins with them.
+    ``site_sums``: where the outliers test keeps its sites' distance sums for the next load to start from
+    (a memo: without it, every load takes every pair).
     """
     raw = read_raw_bytes(raw_path)
     raw_sha256 = sha256_hex(raw)
@@ -220,7 +223,9 @@ def refresh_occurrence_quality(
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
-        return insert_quality_rows(connection, species, rules, raw_path, raw, raw_sha256, into=table)
+        return insert_quality_rows(
+            connection, species, rules, raw_path, raw, raw_sha256, into=table, site_sums=site_sums
+        )
 
     def apply_changes(
         connection: psycopg.Connection,
@@ -252,6 +257,7 @@ def refresh_occurrence_quality(
             raw_sha256,
             into=sql.Identifier(NEXT_QUALITY),
             reuse_held=True,
+            site_sums=site_sums,
         )
         delta = apply_record_delta(
             connection,
@@ -290,6 +296,7 @@ def insert_quality_rows(
     *,
     into: sql.Identifier,
     reuse_held: bool = False,
+    site_sums: Path | None = None,
 ) -> int:
     """The species' quality rows into ``into`` (occurrence_quality, or a delta's temporary table); with
     ``reuse_held`` (a delta), only the rows of the records in quality_candidates, a table this makes of
@@ -300,7 +307,7 @@ def insert_quality_rows(
     columns = sql.SQL(", ").join(sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS)
     connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
     copy_terms(connection, snapshot, raw_path)
-    thinned = copy_outliers(connection, species, rules)
+    thinned = copy_outliers(connection, species, rules, site_sums)
     # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
     # every record several times: in memory, not in temporary files. The incoming tables analyzed:
     # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
@@ -317,7 +324,11 @@ def insert_quality_rows(
     # the step's first run took 117.9 s hashed against 143.1 s merged (two runs of the refresh bench, at
     # 8eaf87e and 265d40a).
     connection.execute("SET LOCAL enable_mergejoin = off")
-    connection.execute("ANALYZE incoming_quality_terms")
+    # The plans read the table's size, not its columns' statistics (the statements read the terms through
+    # casts, expressions no column's statistics describe): one column is analyzed, for the row count. The
+    # same plans as with every column analyzed (EXPLAIN of the three statements, five species of the
+    # bench's 1M download), in 2-13 ms instead of 17-30 ms a species (2026-12-07, /tmp scripts).
+    connection.execute("ANALYZE incoming_quality_terms (key)")
     parameters = {
         **statement_parameters(species, rules),
         "outliers_thinned": thinned,
@@ -351,16 +362,29 @@ def held_quality_inputs(conn: psycopg.Connection) -> HeldKeys:
     return read_held_keys(conn, OCCURRENCES.name, QUALITY_REFERENCES.name)
 
 
-def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRules) -> bool:
+def copy_outliers(
+    conn: psycopg.Connection, species: Species, rules: QualityRules, site_sums: Path | None = None
+) -> bool:
     """incoming_outliers: the outliers test's verdict per site of the species' kept records (their distinct
-    points, or cells when there are more than the exact limit); whether the sites are cells."""
+    points, or cells when there are more than the exact limit); whether the sites are cells.
+
+    With ``site_sums``, the sites' distance sums start from those kept there by the last load (updated by
+    what changed, the same sums as from every pair), and the new ones are kept there in turn. A memo kept
+    by a load whose transaction then rolled back still holds true sums of its own sites."""
     conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
     if not rules.is_enabled("outliers"):
         return False
     # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
     import numpy as np
 
-    from surveillance_pipeline.quality.outliers import outlier_sites
+    from surveillance_pipeline.quality.outliers import (
+        SiteSums,
+        distance_sums,
+        outlier_sites,
+        read_site_sums,
+        updated_distance_sums,
+        write_site_sums,
+    )
 
     exact = int(rules.param("outliers", "exact_up_to_points"))
     occurrences = sql.Identifier(partition_table_name(species.species_id))
@@ -371,12 +395,27 @@ def copy_outliers(conn: psycopg.Connection, species: Species, rules: QualityRule
         load_sql(PACKAGE, "select_quality_sites"), {"thinned": thinned, "cell": cell}
     ).fetchall()
     table = np.array(sites, dtype=np.float64).reshape(-1, 3)
+    longitude, latitude, records = table[:, 0], table[:, 1], table[:, 2].astype(np.int64)
+    min_records = int(rules.param("outliers", "min_records"))
+    sums = None
+    if site_sums is not None and int(records.sum()) >= max(min_records, 2):
+        kept = read_site_sums(site_sums, thinned=thinned, cell_degrees=cell)
+        if kept is not None:
+            sums = updated_distance_sums(kept, longitude, latitude, records)
+        if sums is None:
+            sums = distance_sums(longitude, latitude, records.astype(np.float64))
+        unchanged = (
+            kept is not None
+            and np.array_equal(kept.longitude, longitude)
+            and np.array_equal(kept.latitude, latitude)
+            and np.array_equal(kept.records, records)
+        )
+        if not unchanged:
+            write_site_sums(
+                site_sums, SiteSums(longitude, latitude, records, sums), thinned=thinned, cell_degrees=cell
+            )
     verdicts = outlier_sites(
-        table[:, 0],
-        table[:, 1],
-        table[:, 2].astype(np.int64),
-        float(rules.param("outliers", "multiplier")),
-        int(rules.param("outliers", "min_records")),
+        longitude, latitude, records, float(rules.param("outliers", "multiplier")), min_records, sums=sums
     )
     if verdicts is not None:
         with conn.cursor().copy("COPY incoming_outliers (lon, lat, outlier) FROM STDIN") as copy:

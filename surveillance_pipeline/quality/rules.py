@@ -152,7 +152,7 @@ TESTS: tuple[QualityTest, ...] = (
     ),
     QualityTest(
         "outliers",
-        1,
+        2,
         "mean great-circle distance to the species' other records above quantile 0.75 + multiplier x IQR",
         "CoordinateCleaner cc_outl (method quantile)",
         {"multiplier": 5.0, "min_records": 7, "exact_up_to_points": 10_000, "cell_degrees": 0.5},

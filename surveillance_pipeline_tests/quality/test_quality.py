@@ -4,6 +4,7 @@ rows' digest as the data version; bad input named and nothing changed; the refer
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 
@@ -21,9 +22,14 @@ from surveillance_pipeline.planning.plan import make_plan
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.outliers import (
     EARTH_RADIUS_M,
+    SiteSums,
+    distance_sums,
     mean_distances,
     outlier_sites,
+    read_site_sums,
+    updated_distance_sums,
     weighted_quantiles,
+    write_site_sums,
 )
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
@@ -325,7 +331,47 @@ def test_the_outliers_mean_distances_are_every_pairs_haversine():
         sum(haversine(i, j) * weights[j] for j in range(len(longitude))) / (total - 1)
         for i in range(len(longitude))
     ]
-    assert mean_distances(longitude, latitude, weights, total) == pytest.approx(expected, rel=0, abs=1e-6)
+    # Each pair in whole metres: a mean within half a metre of the exact one.
+    assert mean_distances(longitude, latitude, weights, total) == pytest.approx(expected, rel=0, abs=0.51)
+    sums = distance_sums(longitude, latitude, weights)
+    assert np.array_equal(sums, np.rint(sums))
+
+
+def test_the_outliers_sums_a_load_kept_are_updated_to_every_pairs_bit_for_bit(tmp_path):
+    generator = np.random.default_rng(20261207)
+    count = 3000
+    longitude = np.round(generator.uniform(140.0, 150.0, count), 5)
+    latitude = np.round(generator.uniform(-44.0, -38.0, count), 5)
+    records = generator.integers(1, 30, count)
+    kept = SiteSums(
+        longitude, latitude, records.astype(np.float64), distance_sums(longitude, latitude, records)
+    )
+    # A month later: 25 sites gone, 40 new (one in Copenhagen), 60 with other counts, the rest as they were.
+    keep = np.ones(count, dtype=bool)
+    keep[generator.choice(count, 25, replace=False)] = False
+    new_longitude = np.concatenate([longitude[keep], generator.uniform(140.0, 150.0, 39).round(5), [12.58]])
+    new_latitude = np.concatenate([latitude[keep], generator.uniform(-44.0, -38.0, 39).round(5), [55.67]])
+    new_records = np.concatenate([records[keep], generator.integers(1, 30, 40)])
+    new_records[generator.choice(count - 25, 60, replace=False)] += 3
+    every_pair = distance_sums(new_longitude, new_latitude, new_records.astype(np.float64))
+    updated = updated_distance_sums(kept, new_longitude, new_latitude, new_records)
+    assert updated is not None and np.array_equal(updated, every_pair)
+    # Nothing changed: the kept sums as they are; most sites changed: every pair costs less.
+    assert np.array_equal(updated_distance_sums(kept, longitude, latitude, records), kept.sums)
+    assert updated_distance_sums(kept, longitude, latitude, records + 1) is None
+    # Kept in a file for the next load; damaged, or of another kind of sites, it is not read.
+    path = tmp_path / "sites.bin"
+    write_site_sums(path, kept, thinned=False, cell_degrees=0.5)
+    read = read_site_sums(path, thinned=False, cell_degrees=0.5)
+    assert read is not None and all(
+        np.array_equal(a, b)
+        for a, b in zip(dataclasses.astuple(read), dataclasses.astuple(kept), strict=True)
+    )
+    assert read_site_sums(path, thinned=True, cell_degrees=0.5) is None
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    assert read_site_sums(path, thinned=False, cell_degrees=0.5) is None
 
 
 @pytest.mark.db
