@@ -4,6 +4,7 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.core.figures import bars_png, kept_figure, markdown_image, points_map_png
+from surveillance_pipeline.core.fingerprints import verify_every_skip
 from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.gbif.registry import Species, species_by_slug
 from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
@@ -89,6 +90,7 @@ def occurrence_quality(
         context.log.info(f"quality_references: {loaded.action} ({loaded.reason}), {loaded.rows} pieces")
         held = flags.held_quality_inputs(connections.get())
         statistics = StatisticsBeforeUse(warehouse.connect, flags.OCCURRENCE_QUALITY.name)
+        trust_memos = not verify_every_skip(connections.get())  # make repair trusts no memo
 
         def flag_partition(slug: str) -> PartitionReport:
             conn = connections.get()
@@ -103,6 +105,7 @@ def occurrence_quality(
                 held=held,
                 statistics=statistics,
                 site_sums=paths.memo(flags.OCCURRENCE_QUALITY.name, f"{slug}.sites").with_suffix(".bin"),
+                trust_site_sums=trust_memos,
             )
             memo = paths.memo(flags.OCCURRENCE_QUALITY.name, slug)
             counts, version_of_rows = flags.outcome_quality_counts(conn, species, outcome, memo)

@@ -196,6 +196,7 @@ def refresh_occurrence_quality(
     held: HeldKeys | None = None,
     statistics: StatisticsBeforeUse | None = None,
     site_sums: Path | None = None,
+    trust_site_sums: bool = True,
 ) -> RefreshOutcome:
     """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does.
 
@@ -207,7 +208,8 @@ def refresh_occurrence_quality(
     decided in one statement (refresh_partition's ``likely_parts``). ``statistics``: the table's
     statistics, brought up to date before the first delta of the step plans its joins with them.
     ``site_sums``: where the outliers test keeps its sites' distance sums for the next load to start from
-    (a memo: without it, every load takes every pair).
+    (a memo: without it, every load takes every pair); ``trust_site_sums`` False (``make repair``, which
+    trusts no memo): every pair is taken, and the sums kept again.
     """
     raw = read_raw_bytes(raw_path)
     raw_sha256 = sha256_hex(raw)
@@ -224,7 +226,15 @@ def refresh_occurrence_quality(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
         return insert_quality_rows(
-            connection, species, rules, raw_path, raw, raw_sha256, into=table, site_sums=site_sums
+            connection,
+            species,
+            rules,
+            raw_path,
+            raw,
+            raw_sha256,
+            into=table,
+            site_sums=site_sums,
+            trust_site_sums=trust_site_sums,
         )
 
     def apply_changes(
@@ -258,6 +268,7 @@ def refresh_occurrence_quality(
             into=sql.Identifier(NEXT_QUALITY),
             reuse_held=True,
             site_sums=site_sums,
+            trust_site_sums=trust_site_sums,
         )
         delta = apply_record_delta(
             connection,
@@ -297,6 +308,7 @@ def insert_quality_rows(
     into: sql.Identifier,
     reuse_held: bool = False,
     site_sums: Path | None = None,
+    trust_site_sums: bool = True,
 ) -> int:
     """The species' quality rows into ``into`` (occurrence_quality, or a delta's temporary table); with
     ``reuse_held`` (a delta), only the rows of the records in quality_candidates, a table this makes of
@@ -307,7 +319,7 @@ def insert_quality_rows(
     columns = sql.SQL(", ").join(sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS)
     connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
     copy_terms(connection, snapshot, raw_path)
-    thinned = copy_outliers(connection, species, rules, site_sums)
+    thinned = copy_outliers(connection, species, rules, site_sums, trust_site_sums=trust_site_sums)
     # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
     # every record several times: in memory, not in temporary files. The incoming tables analyzed:
     # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
@@ -363,28 +375,27 @@ def held_quality_inputs(conn: psycopg.Connection) -> HeldKeys:
 
 
 def copy_outliers(
-    conn: psycopg.Connection, species: Species, rules: QualityRules, site_sums: Path | None = None
+    conn: psycopg.Connection,
+    species: Species,
+    rules: QualityRules,
+    site_sums: Path | None = None,
+    *,
+    trust_site_sums: bool = True,
 ) -> bool:
     """incoming_outliers: the outliers test's verdict per site of the species' kept records (their distinct
     points, or cells when there are more than the exact limit); whether the sites are cells.
 
     With ``site_sums``, the sites' distance sums start from those kept there by the last load (updated by
-    what changed, the same sums as from every pair), and the new ones are kept there in turn. A memo kept
-    by a load whose transaction then rolled back still holds true sums of its own sites."""
+    what changed, the same sums as from every pair; unless ``trust_site_sums`` is False), and the new ones
+    are kept there in turn. A memo kept by a load whose transaction then rolled back still holds true sums
+    of its own sites."""
     conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
     if not rules.is_enabled("outliers"):
         return False
     # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
     import numpy as np
 
-    from surveillance_pipeline.quality.outliers import (
-        SiteSums,
-        distance_sums,
-        outlier_sites,
-        read_site_sums,
-        updated_distance_sums,
-        write_site_sums,
-    )
+    from surveillance_pipeline.quality.outliers import outlier_sites, site_distance_sums
 
     exact = int(rules.param("outliers", "exact_up_to_points"))
     occurrences = sql.Identifier(partition_table_name(species.species_id))
@@ -399,21 +410,15 @@ def copy_outliers(
     min_records = int(rules.param("outliers", "min_records"))
     sums = None
     if site_sums is not None and int(records.sum()) >= max(min_records, 2):
-        kept = read_site_sums(site_sums, thinned=thinned, cell_degrees=cell)
-        if kept is not None:
-            sums = updated_distance_sums(kept, longitude, latitude, records)
-        if sums is None:
-            sums = distance_sums(longitude, latitude, records.astype(np.float64))
-        unchanged = (
-            kept is not None
-            and np.array_equal(kept.longitude, longitude)
-            and np.array_equal(kept.latitude, latitude)
-            and np.array_equal(kept.records, records)
+        sums = site_distance_sums(
+            longitude,
+            latitude,
+            records,
+            site_sums,
+            thinned=thinned,
+            cell_degrees=cell,
+            trust_memo=trust_site_sums,
         )
-        if not unchanged:
-            write_site_sums(
-                site_sums, SiteSums(longitude, latitude, records, sums), thinned=thinned, cell_degrees=cell
-            )
     verdicts = outlier_sites(
         longitude, latitude, records, float(rules.param("outliers", "multiplier")), min_records, sums=sums
     )

@@ -36,6 +36,8 @@ MEAN_DECIMALS = 3
 # Updating kept sums costs a row of distances per changed site (and one per new site), every pair once
 # costs half the square: past this share of the sites changed, the sums are made again from every pair.
 UPDATE_SHARE_LIMIT = 0.25
+# Bump when what a kept sum means changes (a pair's distance, the sites): a memo of another version is
+# not read.
 SITE_SUMS_VERSION = 1
 
 
@@ -240,3 +242,33 @@ def write_site_sums(path: Path, sums: SiteSums, *, thinned: bool, cell_degrees: 
         "sha256": hashlib.sha256(body).hexdigest(),
     }
     replace_file(path, json.dumps(header, sort_keys=True).encode() + b"\n" + body)
+
+
+def site_distance_sums(
+    longitude: np.ndarray,
+    latitude: np.ndarray,
+    records: np.ndarray,
+    memo: Path,
+    *,
+    thinned: bool,
+    cell_degrees: float,
+    trust_memo: bool = True,
+) -> np.ndarray:
+    """The sites' distance sums, from those kept in ``memo`` where it can be read (and ``trust_memo``),
+    else from every pair; the sums are kept in ``memo`` for the next load when the sites changed."""
+    kept = read_site_sums(memo, thinned=thinned, cell_degrees=cell_degrees) if trust_memo else None
+    sums = None if kept is None else updated_distance_sums(kept, longitude, latitude, records)
+    if sums is None:
+        sums = distance_sums(longitude, latitude, records.astype(np.float64))
+    unchanged = (
+        kept is not None
+        and np.array_equal(kept.longitude, longitude)
+        and np.array_equal(kept.latitude, latitude)
+        and np.array_equal(kept.records, records)
+        and np.array_equal(kept.sums, sums)
+    )
+    if not unchanged:
+        write_site_sums(
+            memo, SiteSums(longitude, latitude, records, sums), thinned=thinned, cell_degrees=cell_degrees
+        )
+    return sums

@@ -27,6 +27,7 @@ from surveillance_pipeline.quality.outliers import (
     mean_distances,
     outlier_sites,
     read_site_sums,
+    site_distance_sums,
     updated_distance_sums,
     weighted_quantiles,
     write_site_sums,
@@ -372,6 +373,31 @@ def test_the_outliers_sums_a_load_kept_are_updated_to_every_pairs_bit_for_bit(tm
     data[-1] ^= 1
     path.write_bytes(bytes(data))
     assert read_site_sums(path, thinned=False, cell_degrees=0.5) is None
+
+
+def test_the_outliers_sums_start_from_the_kept_ones_unless_the_memo_is_not_trusted(tmp_path):
+    generator = np.random.default_rng(7)
+    longitude = np.round(generator.uniform(140.0, 150.0, 500), 5)
+    latitude = np.round(generator.uniform(-44.0, -38.0, 500), 5)
+    records = generator.integers(1, 9, 500)
+    every_pair = distance_sums(longitude, latitude, records.astype(np.float64))
+    memo = tmp_path / "sites.bin"
+    assert np.array_equal(
+        site_distance_sums(longitude, latitude, records, memo, thinned=False, cell_degrees=0.5), every_pair
+    )
+    kept = read_site_sums(memo, thinned=False, cell_degrees=0.5)
+    assert kept is not None and np.array_equal(kept.sums, every_pair)
+    # A memo that reads well but holds other sums (written by hand): a run that trusts it starts from it,
+    # make repair (which trusts no memo) takes every pair and keeps the true sums again.
+    write_site_sums(memo, dataclasses.replace(kept, sums=kept.sums + 1000), thinned=False, cell_degrees=0.5)
+    trusted = site_distance_sums(longitude, latitude, records, memo, thinned=False, cell_degrees=0.5)
+    assert np.array_equal(trusted, every_pair + 1000)
+    repaired = site_distance_sums(
+        longitude, latitude, records, memo, thinned=False, cell_degrees=0.5, trust_memo=False
+    )
+    assert np.array_equal(repaired, every_pair)
+    kept_again = read_site_sums(memo, thinned=False, cell_degrees=0.5)
+    assert kept_again is not None and np.array_equal(kept_again.sums, every_pair)
 
 
 @pytest.mark.db
