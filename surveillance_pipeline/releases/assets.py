@@ -16,6 +16,7 @@ from surveillance_pipeline.core.keys import JobKeyParts, sha256_file
 from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, report_derived_output
 from surveillance_pipeline.orchestration.automation import REFRESH_WHEN_INPUTS_CHANGE
+from surveillance_pipeline.orchestration.distributed import partitions_side_by_side
 from surveillance_pipeline.orchestration.outputs import outputs_metadata
 from surveillance_pipeline.orchestration.partitions import species_asset
 from surveillance_pipeline.orchestration.reporting import (
@@ -23,10 +24,17 @@ from surveillance_pipeline.orchestration.reporting import (
     PartitionEvents,
     PartitionReport,
     outcome_report,
+    partition_threads,
     report_asset,
     report_partitions,
 )
-from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, GbifSource, Warehouse
+from surveillance_pipeline.orchestration.resources import (
+    DataPaths,
+    GbifAccount,
+    GbifSource,
+    ThreadConnections,
+    Warehouse,
+)
 from surveillance_pipeline.quality.rules import POLICY_ANY_ENABLED
 from surveillance_pipeline.releases import quality_report as quality_report_export
 from surveillance_pipeline.releases.build import (
@@ -283,10 +291,16 @@ def masked_release(
     context: dg.AssetExecutionContext, config: MaskedReleaseConfig, warehouse: Warehouse, paths: DataPaths
 ) -> PartitionEvents:
     rules = MaskingRules(min_m=config.min_m, max_m=config.max_m, policy=config.policy)
-    with warehouse.connect() as conn:
-        held = held_release_inputs(conn)
+    # A release is mostly work outside the interpreter's lock (the warehouse's reads, pyproj's geodesics,
+    # Arrow's writers): two species at once use both cores.
+    side_by_side = partitions_side_by_side()
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(context.partition_keys, side_by_side), this_thread_too=True
+    ) as connections:
+        held = held_release_inputs(connections.get())
 
         def release_partition(slug: str) -> PartitionReport:
+            conn = connections.get()
             folder = paths.partition(MASKED_RELEASE, slug)
             outcome, release = release_masked_partition(
                 conn,
@@ -324,7 +338,7 @@ def masked_release(
                 excluded=release.excluded,
             )
 
-        yield from report_partitions(context, release_partition)
+        yield from report_partitions(context, release_partition, side_by_side=side_by_side)
 
 
 class ReplayConfig(dg.Config):

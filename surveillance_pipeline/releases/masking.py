@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,12 +95,19 @@ DISPLACEMENT = "geodesic on the WGS84 ellipsoid"
 DISPLACEMENT_BINS = 10
 
 
-@cache
-def _geod() -> Geod:
-    """WGS84's geodesics, built on first use (pyproj is imported only by a release that masks)."""
-    from pyproj import Geod
+_geods = threading.local()
 
-    return Geod(ellps="WGS84")
+
+def _geod() -> Geod:
+    """WGS84's geodesics, built on a thread's first use (pyproj is imported only by a release that masks).
+    One per thread: partitions are released side by side, and pyproj makes no promise that one object may
+    be used by several threads at once."""
+    geod: Geod | None = getattr(_geods, "geod", None)
+    if geod is None:
+        from pyproj import Geod
+
+        geod = _geods.geod = Geod(ellps="WGS84")
+    return geod
 
 
 @dataclass(frozen=True)
