@@ -369,11 +369,12 @@ def _select_every_partition_in_the_launch_dialog(browser: Browser, asset_page: s
     never again, so a request that fails or is never answered leaves the dialog empty until it is closed.
     In one CI run the dialog stayed so for a minute, and the test could not say why. In another,
     the selection showed its "All" and then, clicked, lost it and said "0 partitions" for a
-    minute. A user closes the dialog and opens it again; so does this, once. What the page showed and
-    logged the first time is a warning, so a failure that passes on the second opening still says what it
-    was.
+    minute. A user closes the dialog and opens it again; so does this, up to twice (in 9 CI runs on
+    2026-12-06 and 07 the first opening stayed empty in 3, the second too in one, under the full suite's
+    load; run alone, the test passed). What the page showed and logged each time is a warning, so a
+    failure that passes on a later opening still says what it was.
     """
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):
         browser.open(asset_page)
         browser.wait_for_text("Latest materialization")
         browser.click_until(r"^Materialize", r"Launch runs to materialize occurrence_sample")
@@ -381,7 +382,7 @@ def _select_every_partition_in_the_launch_dialog(browser: Browser, asset_page: s
             browser.click_until(r"^All$", r"71 partitions")
             return
         except TimeoutError as error:
-            if attempt == 2:
+            if attempt == 3:
                 raise
             # A warning, not a print: pytest's summary shows warnings of passing tests too.
             warnings.warn(
