@@ -42,6 +42,7 @@ from surveillance_pipeline.core.refresh import (
 )
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.occurrences.load import OCCURRENCES
 from surveillance_pipeline.quality.flags import first_flag_counts
 from surveillance_pipeline.quality.policy import (
@@ -387,6 +388,7 @@ def build_masked_release(
     rebuild: bool = False,
     stamps: Path | None = None,
     held: HeldKeys | None = None,
+    statistics: StatisticsBeforeUse | None = None,
 ) -> MaskedRelease:
     """Mask one species and publish it into ``folder`` (swapped in whole), unless it already holds the key.
 
@@ -397,6 +399,8 @@ def build_masked_release(
     the connection verifies every skip (``make repair``).
     ``held``: the keys occurrences held when the step began (read_held_keys): a release that is current
     for the held key is kept without the transaction and its share lock, which only a build needs.
+    ``statistics``: occurrence_quality's statistics, brought up to date before a build plans its pages
+    (the release policy reads the flags record by record).
     """
     # First, whatever a killed run left (a stale staging folder) goes, even when this run then skips.
     recover_partition_folder(folder)
@@ -426,6 +430,12 @@ def build_masked_release(
         kept = None if tried else _kept_release(conn, slug, rules, folder, input_key, stamps)
         if kept is not None:
             return kept
+        if statistics is not None:
+            # Planned with statistics from before occurrence_quality's last load (one table for every
+            # species: autovacuum analyzes it some time after), a page took the flags for a few rows and
+            # scanned them for every record: one page of the 5M download's largest species ran for 9
+            # minutes, in a fresh warehouse's first run (2026-12-07).
+            statistics.ensure()
         parts = masked_release_parts(input_key, rules)
         logical = logical_run_id(slug, input_key)
         seed = derived_seed(logical, STAGE)
@@ -581,9 +591,10 @@ def release_masked_partition(
     run_id: str,
     stamps: Path | None = None,
     held: HeldKeys | None = None,
+    statistics: StatisticsBeforeUse | None = None,
 ) -> tuple[RefreshOutcome, MaskedRelease]:
     """Build (or skip) one species' masked release and record it, seed included, in provenance."""
-    release = build_masked_release(conn, slug, rules, folder, stamps=stamps, held=held)
+    release = build_masked_release(conn, slug, rules, folder, stamps=stamps, held=held, statistics=statistics)
     outcome = report_derived_output(
         conn,
         asset=STAGE,

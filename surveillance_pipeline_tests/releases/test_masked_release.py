@@ -16,6 +16,7 @@ from pyproj import Geod
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import file_stamp
 from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
+from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.quality.assets import occurrence_quality
@@ -282,6 +283,34 @@ def test_a_current_release_is_kept_without_waiting_for_a_load_of_occurrences_in_
             build_masked_release(db, DEVIL, rules, folder, stamps=stamps)
     db.execute("RESET lock_timeout")
     assert build_masked_release(db, DEVIL, rules, folder, stamps=stamps) == kept
+
+
+def test_a_build_brings_the_flags_statistics_up_to_date_and_a_kept_release_does_not_ask(
+    db, database_url, postgres_instance, data_dir
+):
+    """A page planned with occurrence_quality's statistics from before its last load once scanned the
+    flags for every record: a build asks for them current first (StatisticsBeforeUse, once per step),
+    a release kept as it is reads no page and asks nothing."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    rules = MaskingRules(min_m=100.0, max_m=1000.0)
+
+    class Asked(StatisticsBeforeUse):
+        times = 0
+
+        def ensure(self) -> None:
+            self.times += 1
+            super().ensure()
+
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(database_url, autocommit=True)
+
+    statistics = Asked(connect, "occurrence_quality")
+    kept = build_masked_release(db, DEVIL, rules, folder, held=held_release_inputs(db), statistics=statistics)
+    assert not kept.written and statistics.times == 0
+    rebuilt = build_masked_release(db, DEVIL, rules, folder, rebuild=True, statistics=statistics)
+    assert rebuilt.written and statistics.times == 1
+    assert rebuilt.manifest_sha256 == kept.manifest_sha256
 
 
 def test_make_repair_hashes_release_files_whatever_their_stamps_say(
