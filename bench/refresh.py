@@ -307,11 +307,15 @@ def markdown(section: dict[str, Any]) -> str:
         floor = size.get("floor", {})
         steps = floor.get("steps", {})
         differences = size.get("differences", {})
+        fresh = size.get("fresh_later", {})
         equal = (
             f"yes ({differences['state_rows_compared']} state rows, {differences['files_compared']} files)"
             if differences and not differences["state_rows"] and not differences["files"]
             else f"**no**: {differences}"
         )
+        if fresh.get("returncode"):
+            # What a failed fresh load left proves nothing either way.
+            equal = f"**not compared**: the fresh load failed (exit {fresh['returncode']})"
         lines.append(
             f"| {size['records']:,} | {size.get('first', {}).get('seconds', 0):.1f} "
             f"| {size.get('month_later', {}).get('seconds', 0):.1f} "
