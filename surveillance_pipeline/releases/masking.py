@@ -431,10 +431,10 @@ def build_masked_release(
         if kept is not None:
             return kept
         if statistics is not None:
-            # Planned with statistics from before occurrence_quality's last load (one table for every
-            # species: autovacuum analyzes it some time after), a page took the flags for a few rows and
-            # scanned them for every record: one page of the 5M download's largest species ran for 9
-            # minutes, in a fresh warehouse's first run (2026-12-07).
+            # occurrence_quality holds every species in one table, which autovacuum analyzes some time
+            # after a load. One page of the 5M download's largest species, planned before that analyze in
+            # a fresh warehouse's first run, ran for 9 minutes; after it, the same page plans an index
+            # anti join on the flags (2026-12-07).
             statistics.ensure()
         parts = masked_release_parts(input_key, rules)
         logical = logical_run_id(slug, input_key)
