@@ -1,6 +1,7 @@
 """`make run` when a step or a species fails: the user sees its own error last, not a crash of the summary."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -176,7 +177,11 @@ def test_a_full_database_disk_is_said_once_and_the_flags_keep_the_snapshot_they_
     said = [line for line in failed.stderr.splitlines() if line.startswith("make run: ")]
     full = [line for line in said if "could not extend file" in line]
     assert len(full) == 1 and full[0].startswith("make run: PostgreSQL's disk is full"), failed.stderr
-    assert "failed: occurrence_quality (" in full[0] and "Traceback" not in failed.stderr, full
+    # The flags' reloads fail for want of room. An earlier step's skip may fail too: its provenance row
+    # can need a new page, and autovacuum, after the first run, may have taken the 64 kB for the tables'
+    # free-space and visibility maps (seen once in CI: "2 failed: occurrences (1), occurrence_quality (1)").
+    assert re.search(r"failed: (.*, )?occurrence_quality \(", full[0]), full
+    assert "Traceback" not in failed.stderr, failed.stderr
     # Every species' flags are the snapshot they were, under the key they had; every partition holds.
     assert _held(url) == before
     verified = verify_command(url)
