@@ -104,8 +104,11 @@ def occurrence_quality(
                 run_id=context.run.run_id,
                 held=held,
                 statistics=statistics,
-                site_sums=paths.memo(flags.OCCURRENCE_QUALITY.name, f"{slug}.sites").with_suffix(".bin"),
-                trust_site_sums=trust_memos,
+                memos=flags.QualityMemos(
+                    site_sums=paths.memo(flags.OCCURRENCE_QUALITY.name, f"{slug}.sites").with_suffix(".bin"),
+                    term_lines=paths.memo(flags.OCCURRENCE_QUALITY.name, f"{slug}.lines").with_suffix(".bin"),
+                    trusted=trust_memos,
+                ),
             )
             memo = paths.memo(flags.OCCURRENCE_QUALITY.name, slug)
             counts, version_of_rows = flags.outcome_quality_counts(conn, species, outcome, memo)

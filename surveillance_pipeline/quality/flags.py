@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -49,6 +49,9 @@ from surveillance_pipeline.quality.references import (
 )
 from surveillance_pipeline.quality.rules import GBIF_HEADQUARTERS, TESTS, TESTS_BY_NAME, QualityRules
 
+if TYPE_CHECKING:
+    from surveillance_pipeline.quality.term_lines import TermLines
+
 PACKAGE = "surveillance_pipeline.quality"
 OCCURRENCE_QUALITY = Target(
     "occurrence_quality", PACKAGE, "create_occurrence_quality", partition_column="species_id"
@@ -82,6 +85,28 @@ NEXT_QUALITY = "next_occurrence_quality"
 # may have another row (create_quality_candidates.sql).
 ALL_RECORDS = sql.SQL("TRUE")
 CANDIDATES_ONLY = sql.SQL("t.key::bigint IN (SELECT id FROM quality_candidates)")
+# Its {held_records_made}: none, or (a delta from the kept lines, term_lines.py) the candidates whose
+# line did not change, made from their held rows.
+NO_HELD_RECORDS = sql.SQL("FALSE")
+HELD_CANDIDATES = sql.SQL("h.id IN (SELECT id FROM quality_candidates)")
+
+
+@dataclass(frozen=True)
+class QualityMemos:
+    """Where a species' loads keep what the next load starts from (``data/memos/occurrence_quality/``):
+    the outliers test's site sums (outliers.py) and the digests of the records' lines (term_lines.py);
+    ``trusted`` False (``make repair``, which trusts no memo): this load starts from neither, and keeps
+    both again."""
+
+    site_sums: Path
+    term_lines: Path
+    trusted: bool = True
+
+
+class TermsNotHeld(Exception):
+    """A delta from the kept lines found a record occurrences keeps whose line did not change and which no
+    held row carries (occurrences took it in since): its terms are in neither place, so the species'
+    flags are made from every record instead."""
 
 
 def quality_parts(
@@ -195,8 +220,7 @@ def refresh_occurrence_quality(
     run_id: str,
     held: HeldKeys | None = None,
     statistics: StatisticsBeforeUse | None = None,
-    site_sums: Path | None = None,
-    trust_site_sums: bool = True,
+    memos: QualityMemos | None = None,
 ) -> RefreshOutcome:
     """Make ``occurrence_quality`` hold this species' flags under ``rules``, or skip when it already does.
 
@@ -207,9 +231,8 @@ def refresh_occurrence_quality(
     ``held``: what the inputs held when the step began (``held_quality_inputs``), from which a skip is
     decided in one statement (refresh_partition's ``likely_parts``). ``statistics``: the table's
     statistics, brought up to date before the first delta of the step plans its joins with them.
-    ``site_sums``: where the outliers test keeps its sites' distance sums for the next load to start from
-    (a memo: without it, every load takes every pair); ``trust_site_sums`` False (``make repair``, which
-    trusts no memo): every pair is taken, and the sums kept again.
+    ``memos``: where the load keeps what the next one starts from (QualityMemos); without them, every
+    load takes every pair of sites and a delta compares every record with its held row.
     """
     raw = read_raw_bytes(raw_path)
     raw_sha256 = sha256_hex(raw)
@@ -225,17 +248,10 @@ def refresh_occurrence_quality(
         connection.execute(
             sql.SQL("DELETE FROM {} WHERE species_id = %s").format(table), [species.species_id]
         )
-        return insert_quality_rows(
-            connection,
-            species,
-            rules,
-            raw_path,
-            raw,
-            raw_sha256,
-            into=table,
-            site_sums=site_sums,
-            trust_site_sums=trust_site_sums,
-        )
+        return insert_rows(connection, into=table)
+
+    def insert_rows(connection: psycopg.Connection, **how: Any) -> int:
+        return insert_quality_rows(connection, species, rules, raw_path, raw, raw_sha256, memos=memos, **how)
 
     def apply_changes(
         connection: psycopg.Connection,
@@ -258,18 +274,13 @@ def refresh_occurrence_quality(
         connection.execute(
             load_sql(PACKAGE, "create_next_quality").format(table=sql.Identifier(OCCURRENCE_QUALITY.name))
         )
-        insert_quality_rows(
-            connection,
-            species,
-            rules,
-            raw_path,
-            raw,
-            raw_sha256,
-            into=sql.Identifier(NEXT_QUALITY),
-            reuse_held=True,
-            site_sums=site_sums,
-            trust_site_sums=trust_site_sums,
-        )
+        try:
+            insert_rows(
+                connection, into=sql.Identifier(NEXT_QUALITY), reuse_held=True, held_raw=before.get("raw")
+            )
+        except TermsNotHeld:
+            connection.execute(load_sql(PACKAGE, "drop_incoming_quality"))
+            return None
         delta = apply_record_delta(
             connection,
             target=OCCURRENCE_QUALITY,
@@ -307,19 +318,39 @@ def insert_quality_rows(
     *,
     into: sql.Identifier,
     reuse_held: bool = False,
-    site_sums: Path | None = None,
-    trust_site_sums: bool = True,
+    held_raw: str | None = None,
+    memos: QualityMemos | None = None,
 ) -> int:
     """The species' quality rows into ``into`` (occurrence_quality, or a delta's temporary table); with
     ``reuse_held`` (a delta), only the rows of the records in quality_candidates, a table this makes of
     those whose row may differ from the held one, and a point the held rows carry keeps their spatial
-    flags (insert_occurrence_quality.sql)."""
+    flags (insert_occurrence_quality.sql).
+
+    A delta whose ``memos`` keep the lines of ``held_raw`` (the raw snapshot the held rows were made from,
+    term_lines.py) copies in only the records whose line changed, and takes every other record's terms
+    from its held row; TermsNotHeld when a record occurrences keeps has neither (its caller reloads)."""
+    # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
+    from surveillance_pipeline.quality.term_lines import (
+        RECORDS_FILE_LINES,
+        SEARCH_RECORDS,
+        read_term_lines,
+        write_term_lines,
+    )
+
     snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
     check_request(snapshot, species, raw_path)
+    kind = SEARCH_RECORDS if snapshot.records_file is None else RECORDS_FILE_LINES
+    kept = None
+    if reuse_held and held_raw is not None and memos is not None and memos.trusted:
+        kept = read_term_lines(memos.term_lines, raw_sha256=held_raw, kind=kind)
     columns = sql.SQL(", ").join(sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS)
     connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
-    copy_terms(connection, snapshot, raw_path)
-    thinned = copy_outliers(connection, species, rules, site_sums, trust_site_sums=trust_site_sums)
+    connection.execute(load_sql(PACKAGE, "create_incoming_gone_records"))
+    lines = copy_terms(connection, snapshot, raw_path, raw_sha256, kept)
+    if memos is not None:
+        write_term_lines(memos.term_lines, lines)
+    terms_from_held = kept is not None
+    thinned = copy_outliers(connection, species, rules, memos, terms_from_held=terms_from_held)
     # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
     # every record several times: in memory, not in temporary files. The incoming tables analyzed:
     # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
@@ -345,16 +376,19 @@ def insert_quality_rows(
         **statement_parameters(species, rules),
         "outliers_thinned": thinned,
         "reuse_held": reuse_held,
+        "terms_from_held": terms_from_held,
     }
     held = sql.Identifier(OCCURRENCE_QUALITY.name)
     occurrences = sql.Identifier(partition_table_name(species.species_id))
     records_made = ALL_RECORDS
     if reuse_held:
         connection.execute("ANALYZE incoming_outliers")
+        candidates = "create_quality_candidates_of_lines" if terms_from_held else "create_quality_candidates"
         connection.execute(
-            load_sql(PACKAGE, "create_quality_candidates").format(held=held, occurrences=occurrences),
-            parameters,
+            load_sql(PACKAGE, candidates).format(held=held, occurrences=occurrences), parameters
         )
+        if terms_from_held and connection.execute(load_sql(PACKAGE, "select_terms_not_held")).fetchone():
+            raise TermsNotHeld(species.slug)
         connection.execute("ANALYZE quality_candidates")
         records_made = CANDIDATES_ONLY
     statement = load_sql(PACKAGE, "insert_occurrence_quality").format(
@@ -363,6 +397,7 @@ def insert_quality_rows(
         occurrences=occurrences,
         references=sql.Identifier(QUALITY_REFERENCES.name),
         records_made=records_made,
+        held_records_made=HELD_CANDIDATES if terms_from_held else NO_HELD_RECORDS,
     )
     rows = connection.execute(statement, parameters).rowcount
     connection.execute("SET LOCAL enable_mergejoin TO DEFAULT")
@@ -378,17 +413,18 @@ def copy_outliers(
     conn: psycopg.Connection,
     species: Species,
     rules: QualityRules,
-    site_sums: Path | None = None,
+    memos: QualityMemos | None = None,
     *,
-    trust_site_sums: bool = True,
+    terms_from_held: bool = False,
 ) -> bool:
     """incoming_outliers: the outliers test's verdict per site of the species' kept records (their distinct
     points, or cells when there are more than the exact limit); whether the sites are cells.
 
-    With ``site_sums``, the sites' distance sums start from those kept there by the last load (updated by
-    what changed, the same sums as from every pair; unless ``trust_site_sums`` is False), and the new ones
-    are kept there in turn. A memo kept by a load whose transaction then rolled back still holds true sums
-    of its own sites."""
+    With ``memos``, the sites' distance sums start from those kept by the last load (updated by what
+    changed, the same sums as from every pair; unless the memos are not trusted), and the new ones are
+    kept in turn. A memo kept by a load whose transaction then rolled back still holds true sums of its
+    own sites. ``terms_from_held``: the records whose line did not change are read from their held rows
+    (create_quality_points.sql)."""
     conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
     if not rules.is_enabled("outliers"):
         return False
@@ -399,7 +435,12 @@ def copy_outliers(
 
     exact = int(rules.param("outliers", "exact_up_to_points"))
     occurrences = sql.Identifier(partition_table_name(species.species_id))
-    points = conn.execute(load_sql(PACKAGE, "create_quality_points").format(occurrences=occurrences)).rowcount
+    points = conn.execute(
+        load_sql(PACKAGE, "create_quality_points").format(
+            occurrences=occurrences, held=sql.Identifier(OCCURRENCE_QUALITY.name)
+        ),
+        {"terms_from_held": terms_from_held, "species_id": species.species_id},
+    ).rowcount
     thinned = points > exact
     cell = float(rules.param("outliers", "cell_degrees"))
     sites = conn.execute(
@@ -409,15 +450,15 @@ def copy_outliers(
     longitude, latitude, records = table[:, 0], table[:, 1], table[:, 2].astype(np.int64)
     min_records = int(rules.param("outliers", "min_records"))
     sums = None
-    if site_sums is not None and int(records.sum()) >= max(min_records, 2):
+    if memos is not None and int(records.sum()) >= max(min_records, 2):
         sums = site_distance_sums(
             longitude,
             latitude,
             records,
-            site_sums,
+            memos.site_sums,
             thinned=thinned,
             cell_degrees=cell,
-            trust_memo=trust_site_sums,
+            trust_memo=memos.trusted,
         )
     verdicts = outlier_sites(
         longitude, latitude, records, float(rules.param("outliers", "multiplier")), min_records, sums=sums
@@ -429,25 +470,60 @@ def copy_outliers(
     return thinned
 
 
-def copy_terms(conn: psycopg.Connection, snapshot: RawSnapshot, raw_path: Path) -> None:
+def copy_terms(
+    conn: psycopg.Connection,
+    snapshot: RawSnapshot,
+    raw_path: Path,
+    raw_sha256: str,
+    kept: TermLines | None = None,
+) -> TermLines:
     """The species' records into incoming_quality_terms: a records file as it is (its text format is
     COPY's: the same escapes, an empty field for null), checked against the sha256 its header names; a
-    search answer's records field by field, each value checked."""
+    search answer's records field by field, each value checked. Every record's line is digested on the
+    way (what the next load's ``kept`` is); with ``kept``, only the records whose line it lacks are
+    copied, and the gbifIDs of those whose line went into incoming_gone_records."""
+    from surveillance_pipeline.quality import term_lines
+
+    digests = term_lines.LineDigests()
+    seen = term_lines.KeptDigests(kept) if kept is not None else None
     if snapshot.records_file is None:
+        kind = term_lines.SEARCH_RECORDS
         names = sql.SQL(", ").join(sql.Identifier(name) for name in QUALITY_COLUMNS)
         with conn.cursor().copy(sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN").format(names)) as copy:
-            for row in search_rows(snapshot.records, raw_path):
+            for row in term_lines.changed_rows(search_rows(snapshot.records, raw_path), digests, seen):
                 copy.write_row(row)
-        return
-    records = raw_path.with_name(snapshot.records_file)
-    names = sql.SQL(", ").join(sql.Identifier(name) for name in RECORD_COLUMNS)
-    statement = sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN (FORMAT text, NULL '')").format(names)
-    with (
-        open_hashed_records(records, snapshot.records_sha256) as unzipped,
-        conn.cursor().copy(statement) as copy,
-    ):
-        while block := unzipped.read(COPY_BLOCK):
-            copy.write(block)
+    else:
+        kind = term_lines.RECORDS_FILE_LINES
+        records = raw_path.with_name(snapshot.records_file)
+        names = sql.SQL(", ").join(sql.Identifier(name) for name in RECORD_COLUMNS)
+        statement = sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN (FORMAT text, NULL '')").format(
+            names
+        )
+        with (
+            open_hashed_records(records, snapshot.records_sha256) as unzipped,
+            conn.cursor().copy(statement) as copy,
+        ):
+            carried = b""
+            while block := unzipped.read(COPY_BLOCK):
+                lines, carried = term_lines.lines_of_block(block, carried)
+                unseen = digests.add_lines(lines)
+                if seen is None:
+                    copy.write(block)
+                elif lines:
+                    new = seen.unseen(unseen).tolist()
+                    changed = [line for line, unseen_line in zip(lines, new, strict=True) if unseen_line]
+                    if changed:
+                        copy.write(b"\n".join(changed) + b"\n")
+            if carried:  # a last line without its newline
+                unseen = digests.add_lines([carried])
+                if seen is not None and seen.unseen(unseen)[0]:
+                    copy.write(carried)
+    made = digests.lines(raw_sha256, kind)
+    if kept is not None:
+        with conn.cursor().copy("COPY incoming_gone_records (id) FROM STDIN") as copy:
+            for record_id in kept.gone_ids(made).tolist():
+                copy.write_row((record_id,))
+    return made
 
 
 def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str | None]]:

@@ -7,12 +7,18 @@ import json
 
 import dagster as dg
 import pytest
+from psycopg import sql
 
+from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.sql_files import load_sql
+from surveillance_pipeline.gbif.raw_snapshots import RECORDS_SUFFIX, read_raw_snapshot
+from surveillance_pipeline.gbif.records import INTEGER_TERMS, RECORD_COLUMNS, RecordsWriter, escape
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.quality import flags
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.references import ReferenceLayers
 from surveillance_pipeline.quality.settings import configured_rules
+from surveillance_pipeline.quality.term_lines import read_term_lines
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SPINE,
@@ -175,3 +181,107 @@ def test_a_delta_remakes_the_rows_of_unchanged_records_its_changes_reach(db, dat
         reloaded = _materialize(instance, database_url, data_dir, "neighbours_changed")
         assert all("records_changed" not in reloaded[target] for target in TARGETS)
         assert _held(db, instance) == by_delta
+
+
+def _records_file_snapshot(raw, records):
+    """The devil's raw snapshot as a download gives it: a header and a records file of ``records``."""
+
+    def field(name, record):
+        value = record.get(name)
+        if value is None:
+            return ""
+        if name == "issues":
+            return ";".join(escape(issue) for issue in value)
+        if name == "key" or name in INTEGER_TERMS:
+            return str(int(value))
+        return repr(float(value)) if isinstance(value, float) else escape(str(value))
+
+    snapshot = read_raw_snapshot(raw)
+    name = f"{DEVIL}{RECORDS_SUFFIX}"
+    with RecordsWriter(raw.with_name(name)) as writer:
+        writer.write_lines(
+            "\t".join(field(column, record) for column in RECORD_COLUMNS) + "\n"
+            for record in sorted(records, key=lambda record: record["key"])
+        )
+        sha256 = writer.commit()
+    header = dataclasses.replace(
+        snapshot, records=[], records_file=name, records_sha256=sha256, count=len(records)
+    )
+    raw.write_bytes(header.to_bytes())
+
+
+def test_a_delta_of_a_records_file_copies_in_only_its_changed_lines_and_ends_as_a_full_reload(
+    db, database_url, data_dir
+):
+    """A download's records file: each load keeps its lines' digests, and the next delta copies in only
+    the lines that changed, takes every other record's terms from its held row, and ends as a full reload
+    of the same file does (rows, fingerprint). Without the kept lines (make repair trusts none), the
+    same rows."""
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, "none")
+    raw = data_dir / "raw" / f"{DEVIL}.json"
+    records = read_raw_snapshot(raw).records
+    devil, rules, layers = species_by_slug(DEVIL), configured_rules({}), ReferenceLayers()
+    memos = flags.QualityMemos(
+        site_sums=data_dir / "memos" / "quality" / "sites.bin",
+        term_lines=data_dir / "memos" / "quality" / "lines.bin",
+    )
+
+    def refresh(run_id, trusted=True):
+        return flags.refresh_occurrence_quality(
+            db,
+            species=devil,
+            raw_path=raw,
+            rules=rules,
+            layers=layers,
+            run_id=run_id,
+            memos=dataclasses.replace(memos, trusted=trusted),
+        )
+
+    # From the search answer to a records file of the same records: a delta with no kept lines of it.
+    _records_file_snapshot(raw, records)
+    first = refresh("r1")
+    assert first.changes is not None and first.changes.applied and first.changes.total == 0
+    kept = read_term_lines(memos.term_lines, raw_sha256=sha256_file(raw), kind="records_file")
+    assert kept is not None and len(kept.ids) == len(records)
+
+    # A month later: a record now a fossil, one moved to Canberra (near the capital), one gone from the
+    # file (occurrences, not loaded again here, still keeps it: the flags follow the file).
+    edited = [dict(record) for record in records]
+    edited[10]["basisOfRecord"] = "FOSSIL_SPECIMEN"
+    edited[20]["decimalLongitude"], edited[20]["decimalLatitude"] = 149.13, -35.28
+    gone = edited.pop(30)["key"]
+    _records_file_snapshot(raw, edited)
+    with db.transaction(force_rollback=True):
+        columns = sql.SQL(", ").join(
+            sql.SQL("{} text").format(sql.Identifier(n)) for n in flags.INCOMING_COLUMNS
+        )
+        db.execute(load_sql(flags.PACKAGE, "create_incoming_quality_terms").format(columns=columns))
+        db.execute(load_sql(flags.PACKAGE, "create_incoming_gone_records"))
+        snapshot = read_raw_snapshot(raw)
+        lines = flags.copy_terms(db, snapshot, raw, sha256_file(raw), kept)
+        assert len(lines.ids) == len(edited)
+        copied = {row[0] for row in db.execute("SELECT key::bigint FROM incoming_quality_terms").fetchall()}
+        assert copied == {edited[10]["key"], edited[20]["key"]}
+        assert db.execute("SELECT id FROM incoming_gone_records").fetchall() == [(gone,)]
+    later = refresh("r2")
+    assert later.changes is not None and later.changes.applied
+    assert (later.changes.changed, later.changes.removed) == (2, 1)
+    assert db.execute(
+        "SELECT flag_basis, flag_capitals FROM occurrence_quality WHERE id = ANY(%s) ORDER BY id",
+        [[edited[10]["key"], edited[20]["key"]]],
+    ).fetchall() == [(True, False), (False, True)]
+    by_delta = _quality_held(db)
+
+    # The same file loaded whole, from nothing kept: the same rows, key and fingerprint.
+    db.execute("DELETE FROM target_state WHERE target = 'occurrence_quality' AND partition_key = %s", [DEVIL])
+    whole = refresh("r3", trusted=False)
+    assert (whole.action, whole.changes) == ("loaded", None)
+    assert _quality_held(db) == by_delta
+
+
+def _quality_held(db):
+    digest = db.execute(
+        "SELECT digest FROM target_state WHERE target = 'occurrence_quality' AND partition_key = %s", [DEVIL]
+    ).fetchone()
+    return rows_md5(db, "occurrence_quality"), state_row(db, "occurrence_quality"), digest

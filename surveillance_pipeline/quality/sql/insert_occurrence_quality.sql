@@ -9,7 +9,8 @@
 -- decided per site beforehand (quality/outliers.py) and read from incoming_outliers. With
 -- reuse_held (a delta, flags.py), a point the species' rows in {held} already carry keeps their spatial
 -- flags, and only new points meet the layers; {records_made} then keeps the records whose row may differ
--- (create_quality_candidates.sql), else it is TRUE.
+-- (create_quality_candidates.sql), else it is TRUE; {held_records_made} keeps those whose terms come from
+-- their held rows, else it is FALSE.
 INSERT INTO {table} (
     id, species_id, basis_of_record, occurrence_status, establishment_means, individual_count, event_date,
     country_code, dataset_key, institution_code, coordinate_uncertainty_m, coordinate_precision, issues,
@@ -44,6 +45,17 @@ WITH records AS (
     FROM incoming_quality_terms AS t
     JOIN {occurrences} AS o ON o.id = t.key::bigint
     WHERE {records_made}
+    UNION ALL
+    -- terms_from_held (a delta that copied in only the changed lines, term_lines.py): a candidate whose
+    -- line did not change has the terms of its held row, made from that same line.
+    SELECT h.id, o.year, h.basis_of_record, h.occurrence_status, h.establishment_means, h.individual_count,
+           h.event_date, h.country_code, h.dataset_key, h.institution_code, h.coordinate_uncertainty_m,
+           h.coordinate_precision, h.issues, h.decimal_longitude, h.decimal_latitude
+    FROM {held} AS h
+    JOIN {occurrences} AS o ON o.id = h.id
+    WHERE {held_records_made} AND h.species_id = %(species_id)s
+      AND NOT EXISTS (SELECT 1 FROM incoming_quality_terms AS t WHERE t.key::bigint = h.id)
+      AND NOT EXISTS (SELECT 1 FROM incoming_gone_records AS g WHERE g.id = h.id)
 ),
 known AS (
     -- The spatial flags of the points the species' held rows carry. Reused only when the key's config,
