@@ -35,6 +35,14 @@ from surveillance_pipeline.quality.outliers import (
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
 from surveillance_pipeline.quality.settings import configured_rules
+from surveillance_pipeline.quality.term_lines import (
+    RECORDS_FILE_LINES,
+    SEARCH_RECORDS,
+    KeptDigests,
+    LineDigests,
+    read_term_lines,
+    write_term_lines,
+)
 from surveillance_pipeline.releases.assets import (
     devil_snapshot_export,
     masked_release,
@@ -398,6 +406,39 @@ def test_the_outliers_sums_start_from_the_kept_ones_unless_the_memo_is_not_trust
     assert np.array_equal(repaired, every_pair)
     kept_again = read_site_sums(memo, thinned=False, cell_degrees=0.5)
     assert kept_again is not None and np.array_equal(kept_again.sums, every_pair)
+
+
+def test_the_kept_lines_are_read_only_for_the_raw_snapshot_and_kind_they_were_made_from(tmp_path):
+    """A delta copies in only the lines the memo lacks: a memo of another snapshot, of the other kind of
+    lines, or damaged, would name the wrong ones, and is not read."""
+    digests = LineDigests()
+    lines = [f"{key}\tPRESERVED_SPECIMEN\t{key % 7}".encode() for key in range(1000, 1100)]
+    digests.add_lines(lines[:60])
+    digests.add_lines(lines[60:])
+    made = digests.lines("a" * 64, RECORDS_FILE_LINES)
+    memo = tmp_path / "lines.bin"
+    write_term_lines(memo, made)
+    kept = read_term_lines(memo, raw_sha256="a" * 64, kind=RECORDS_FILE_LINES)
+    assert kept is not None
+    assert kept.ids.tolist() == list(range(1000, 1100))
+    assert np.array_equal(kept.digests, made.digests)
+    assert read_term_lines(memo, raw_sha256="b" * 64, kind=RECORDS_FILE_LINES) is None
+    assert read_term_lines(memo, raw_sha256="a" * 64, kind=SEARCH_RECORDS) is None
+    damaged = bytearray(memo.read_bytes())
+    damaged[-3] ^= 1
+    memo.write_bytes(bytes(damaged))
+    assert read_term_lines(memo, raw_sha256="a" * 64, kind=RECORDS_FILE_LINES) is None
+    # A line edited, one gone, one new: the kept digests tell the edited and the new from the others.
+    later = LineDigests()
+    edited = [
+        *lines[:5],
+        lines[5].replace(b"PRESERVED", b"FOSSIL"),
+        *lines[6:99],
+        b"2000\tHUMAN_OBSERVATION\t0",
+    ]
+    unseen = KeptDigests(kept).unseen(later.add_lines(edited))
+    assert [line for line, new in zip(edited, unseen.tolist(), strict=True) if new] == [edited[5], edited[-1]]
+    assert kept.gone_ids(later.lines("c" * 64, RECORDS_FILE_LINES)).tolist() == [1099]
 
 
 @pytest.mark.db
