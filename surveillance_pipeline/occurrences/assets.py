@@ -221,7 +221,13 @@ def occurrences(
             stamps = None if verifying[0] else paths.stamps(DERIVED_ASSET, slug)
             derived = verified_derived_file(conn, species, paths.raw(slug), paths.derived(slug), stamps)
             outcome = load_occurrences(
-                conn, species=species, derived=derived, rules=rules, run_id=context.run.run_id
+                conn,
+                species=species,
+                derived=derived,
+                rules=rules,
+                run_id=context.run.run_id,
+                kept_lines=paths.memo(OCCURRENCES.name, f"{slug}.lines").with_suffix(".bin"),
+                trust_kept_lines=not verifying[0],
             )
             return outcome_report(
                 outcome,

@@ -17,6 +17,12 @@ from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.fault_points import AFTER_DELETE, MID_COPY, fault_point
 from surveillance_pipeline.core.fingerprints import Fingerprint, partition_fingerprint, watch_table
 from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_file_once, sha256_hex
+from surveillance_pipeline.core.line_digests import (
+    DERIVED_CSV_LINES,
+    KeptLines,
+    read_kept_lines,
+    write_kept_lines,
+)
 from surveillance_pipeline.core.record_delta import Delta, apply_record_delta
 from surveillance_pipeline.core.refresh import (
     LOADED,
@@ -52,6 +58,8 @@ STATISTICS_FLUSH_SINCE = 150000
 # A delta pays while few records differ: past this share of the partition's records, it reloads whole.
 DELTA_SHARE_LIMIT = 0.3
 NEXT_OCCURRENCES = "next_occurrences"
+# A delta from the kept lines: the gbifIDs whose line changed, came or went (the rows that may differ).
+OCCURRENCE_CANDIDATES = "occurrence_candidates"
 
 
 def partition_names(species_id: int, job_key: str) -> dict[str, sql.Composable]:
@@ -163,12 +171,19 @@ def load_occurrences(
     derived: bytes | Path,
     rules: OccurrenceRules,
     run_id: str,
+    kept_lines: Path | None = None,
+    trust_kept_lines: bool = True,
 ) -> RefreshOutcome:
     """Make ``occurrences`` hold this species' derived file under ``rules``, or skip when it already does.
 
     ``derived`` is the file's bytes or its path. Given a path, the key comes from hashing the file in
     blocks and the rows are copied from it block by block, so a skip costs a checksum and the state-row
     read, and a reload never holds the whole file in memory.
+
+    ``kept_lines``: where a load keeps the digests of the file's lines (core/line_digests.py), so that the
+    next delta, when the held rows were made from that file, copies in only the lines that changed;
+    ``trust_kept_lines`` False (``make repair``): every line is copied and compared, and the digests kept
+    again.
     """
     parts = occurrence_job_parts(derived, rules)
     config = parts.config
@@ -177,7 +192,7 @@ def load_occurrences(
         names = partition_names(species.species_id, parts.key)
         upsert_species(connection, species)
         connection.execute(load_sql(PACKAGE, "create_occurrences_partition").format(**names))
-        copy_incoming(connection, species, derived, parts.input)
+        keep_lines(copy_incoming(connection, species, derived, parts.input))
         cursor = connection.execute(
             load_sql(PACKAGE, "insert_species_occurrences").format(occurrences=names["fresh"]),
             {
@@ -200,11 +215,21 @@ def load_occurrences(
         fault_point(AFTER_DELETE, connection)
         return fingerprint
 
+    def keep_lines(lines: KeptLines) -> None:
+        if kept_lines is not None:
+            write_kept_lines(kept_lines, lines)
+
     def apply_changes(
-        connection: psycopg.Connection, held: Fingerprint, _: Mapping[str, Any], __: JobKeyParts
+        connection: psycopg.Connection, held: Fingerprint, loaded_under: Mapping[str, Any], __: JobKeyParts
     ) -> Delta:
         upsert_species(connection, species)
-        copy_incoming(connection, species, derived, parts.input)
+        # The lines the held rows were made from, when this load kept them: a row is its line's under the
+        # same config (a delta's), so only the changed lines' rows, and the gone ones', can differ.
+        kept = None
+        held_input = loaded_under.get("input")
+        if kept_lines is not None and trust_kept_lines and isinstance(held_input, str):
+            kept = read_kept_lines(kept_lines, source_sha256=held_input, kind=DERIVED_CSV_LINES)
+        keep_lines(copy_incoming(connection, species, derived, parts.input, kept))
         delta = apply_record_delta(
             connection,
             target=OCCURRENCES,
@@ -212,9 +237,15 @@ def load_occurrences(
             next_table=make_next_rows(connection, species, rules),
             held=held,
             share_limit=DELTA_SHARE_LIMIT,
+            only_ids=None if kept is None else OCCURRENCE_CANDIDATES,
         )
         if delta.fingerprint is None:
-            connection.execute("DROP TABLE incoming_occurrences")  # the full reload copies it again
+            # The full reload copies it again.
+            connection.execute(
+                sql.SQL("DROP TABLE IF EXISTS incoming_occurrences, {}").format(
+                    sql.Identifier(OCCURRENCE_CANDIDATES)
+                )
+            )
         return delta
 
     outcome = refresh_partition(
@@ -247,20 +278,66 @@ def upsert_species(connection: psycopg.Connection, species: Species) -> None:
 
 
 def copy_incoming(
-    connection: psycopg.Connection, species: Species, derived: bytes | Path, sha256: str
-) -> None:
-    """The derived file into the temporary ``incoming_occurrences``, checked against the key's checksum."""
+    connection: psycopg.Connection,
+    species: Species,
+    derived: bytes | Path,
+    sha256: str,
+    kept: KeptLines | None = None,
+) -> KeptLines:
+    """The derived file into the temporary ``incoming_occurrences``, checked against the key's checksum;
+    every record's line digested on the way (what the next load's ``kept`` is). With ``kept`` (the lines
+    the held rows were made from), only the lines it lacks are copied, and the gbifIDs of the changed and
+    the gone records go into the temporary OCCURRENCE_CANDIDATES."""
+    from surveillance_pipeline.core import line_digests  # numpy: not on the definitions' import path
+
     connection.execute(load_sql(PACKAGE, "create_incoming_occurrences"))
+    digests = line_digests.LineDigests()
+    seen = line_digests.KeptDigests(kept) if kept is not None else None
     copied = hashlib.sha256()
+    header: bytes | None = None
+    carried = b""
     with connection.cursor().copy("COPY incoming_occurrences FROM STDIN (FORMAT csv, HEADER true)") as copy:
         for block in derived_file_blocks(derived):
             copied.update(block)
-            copy.write(block)
+            lines, carried = line_digests.lines_of_block(block, carried)
+            if header is None and lines:
+                header, lines = lines[0], lines[1:]
+                if seen is not None:
+                    copy.write(header + b"\n")
+            unseen = digests.add_lines(lines, b",")
+            if seen is None:
+                copy.write(block)
+            else:
+                changed = [line for line, new in zip(lines, seen.unseen(unseen).tolist(), strict=True) if new]
+                if changed:
+                    copy.write(b"\n".join(changed) + b"\n")
             fault_point(MID_COPY, connection)
+        if carried and header is None:
+            header, carried = carried, b""  # a file of its header alone, without a newline
+            if seen is not None:
+                copy.write(header)
+        if carried:  # a last line without its newline
+            unseen = digests.add_lines([carried], b",")
+            if seen is not None and seen.unseen(unseen)[0]:
+                copy.write(carried)
     if copied.hexdigest() != sha256:
         # The file changed between hashing and copying: these rows are not the snapshot the key names.
         source = derived if isinstance(derived, Path) else f"derived file of {species.slug}"
         raise StaleInputError(f"{source}: changed while it was being loaded; materialize it again")
+    made = digests.lines(sha256, line_digests.DERIVED_CSV_LINES)
+    if kept is not None and seen is not None:
+        connection.execute(
+            sql.SQL("CREATE TEMPORARY TABLE {} (id bigint PRIMARY KEY) ON COMMIT DROP").format(
+                sql.Identifier(OCCURRENCE_CANDIDATES)
+            )
+        )
+        candidates = sql.SQL("COPY {} (id) FROM STDIN").format(sql.Identifier(OCCURRENCE_CANDIDATES))
+        with connection.cursor().copy(candidates) as copy:
+            for record_id in sorted(
+                {*made.ids[seen.unseen(made.digests)].tolist(), *kept.gone_ids(made).tolist()}
+            ):
+                copy.write_row((record_id,))
+    return made
 
 
 def make_next_rows(connection: psycopg.Connection, species: Species, rules: OccurrenceRules) -> str:

@@ -50,7 +50,7 @@ from surveillance_pipeline.quality.references import (
 from surveillance_pipeline.quality.rules import GBIF_HEADQUARTERS, TESTS, TESTS_BY_NAME, QualityRules
 
 if TYPE_CHECKING:
-    from surveillance_pipeline.quality.term_lines import TermLines
+    from surveillance_pipeline.core.line_digests import KeptLines
 
 PACKAGE = "surveillance_pipeline.quality"
 OCCURRENCE_QUALITY = Target(
@@ -85,7 +85,7 @@ NEXT_QUALITY = "next_occurrence_quality"
 # may have another row (create_quality_candidates.sql).
 ALL_RECORDS = sql.SQL("TRUE")
 CANDIDATES_ONLY = sql.SQL("t.key::bigint IN (SELECT id FROM quality_candidates)")
-# Its {held_records_made}: none, or (a delta from the kept lines, term_lines.py) the candidates whose
+# Its {held_records_made}: none, or (a delta from the kept lines, core/line_digests.py) the candidates whose
 # line did not change, made from their held rows.
 NO_HELD_RECORDS = sql.SQL("FALSE")
 HELD_CANDIDATES = sql.SQL("h.id IN (SELECT id FROM quality_candidates)")
@@ -94,7 +94,7 @@ HELD_CANDIDATES = sql.SQL("h.id IN (SELECT id FROM quality_candidates)")
 @dataclass(frozen=True)
 class QualityMemos:
     """Where a species' loads keep what the next load starts from (``data/memos/occurrence_quality/``):
-    the outliers test's site sums (outliers.py) and the digests of the records' lines (term_lines.py);
+    the outliers test's site sums (outliers.py) and the digests of the records' lines (core/line_digests.py);
     ``trusted`` False (``make repair``, which trusts no memo): this load starts from neither, and keeps
     both again."""
 
@@ -327,14 +327,14 @@ def insert_quality_rows(
     flags (insert_occurrence_quality.sql).
 
     A delta whose ``memos`` keep the lines of ``held_raw`` (the raw snapshot the held rows were made from,
-    term_lines.py) copies in only the records whose line changed, and takes every other record's terms
+    core/line_digests.py) copies in only the records whose line changed, and takes every other record's terms
     from its held row; TermsNotHeld when a record occurrences keeps has neither (its caller reloads)."""
     # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
-    from surveillance_pipeline.quality.term_lines import (
+    from surveillance_pipeline.core.line_digests import (
         RECORDS_FILE_LINES,
         SEARCH_RECORDS,
-        read_term_lines,
-        write_term_lines,
+        read_kept_lines,
+        write_kept_lines,
     )
 
     snapshot = parse_raw_snapshot(raw_path, raw, raw_sha256)
@@ -342,13 +342,13 @@ def insert_quality_rows(
     kind = SEARCH_RECORDS if snapshot.records_file is None else RECORDS_FILE_LINES
     kept = None
     if reuse_held and held_raw is not None and memos is not None and memos.trusted:
-        kept = read_term_lines(memos.term_lines, raw_sha256=held_raw, kind=kind)
+        kept = read_kept_lines(memos.term_lines, source_sha256=held_raw, kind=kind)
     columns = sql.SQL(", ").join(sql.SQL("{} text").format(sql.Identifier(name)) for name in INCOMING_COLUMNS)
     connection.execute(load_sql(PACKAGE, "create_incoming_quality_terms").format(columns=columns))
     connection.execute(load_sql(PACKAGE, "create_incoming_gone_records"))
     lines = copy_terms(connection, snapshot, raw_path, raw_sha256, kept)
     if memos is not None:
-        write_term_lines(memos.term_lines, lines)
+        write_kept_lines(memos.term_lines, lines)
     terms_from_held = kept is not None
     thinned = copy_outliers(connection, species, rules, memos, terms_from_held=terms_from_held)
     # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
@@ -475,25 +475,25 @@ def copy_terms(
     snapshot: RawSnapshot,
     raw_path: Path,
     raw_sha256: str,
-    kept: TermLines | None = None,
-) -> TermLines:
+    kept: KeptLines | None = None,
+) -> KeptLines:
     """The species' records into incoming_quality_terms: a records file as it is (its text format is
     COPY's: the same escapes, an empty field for null), checked against the sha256 its header names; a
     search answer's records field by field, each value checked. Every record's line is digested on the
     way (what the next load's ``kept`` is); with ``kept``, only the records whose line it lacks are
     copied, and the gbifIDs of those whose line went into incoming_gone_records."""
-    from surveillance_pipeline.quality import term_lines
+    from surveillance_pipeline.core import line_digests
 
-    digests = term_lines.LineDigests()
-    seen = term_lines.KeptDigests(kept) if kept is not None else None
+    digests = line_digests.LineDigests()
+    seen = line_digests.KeptDigests(kept) if kept is not None else None
     if snapshot.records_file is None:
-        kind = term_lines.SEARCH_RECORDS
+        kind = line_digests.SEARCH_RECORDS
         names = sql.SQL(", ").join(sql.Identifier(name) for name in QUALITY_COLUMNS)
         with conn.cursor().copy(sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN").format(names)) as copy:
-            for row in term_lines.changed_rows(search_rows(snapshot.records, raw_path), digests, seen):
+            for row in line_digests.changed_rows(search_rows(snapshot.records, raw_path), digests, seen):
                 copy.write_row(row)
     else:
-        kind = term_lines.RECORDS_FILE_LINES
+        kind = line_digests.RECORDS_FILE_LINES
         records = raw_path.with_name(snapshot.records_file)
         names = sql.SQL(", ").join(sql.Identifier(name) for name in RECORD_COLUMNS)
         statement = sql.SQL("COPY incoming_quality_terms ({}) FROM STDIN (FORMAT text, NULL '')").format(
@@ -505,7 +505,7 @@ def copy_terms(
         ):
             carried = b""
             while block := unzipped.read(COPY_BLOCK):
-                lines, carried = term_lines.lines_of_block(block, carried)
+                lines, carried = line_digests.lines_of_block(block, carried)
                 unseen = digests.add_lines(lines)
                 if seen is None:
                     copy.write(block)

@@ -1,8 +1,11 @@
 """A changed input applied record by record: the partition ends as a full reload of the input leaves it."""
 
 import pytest
+from psycopg import sql
 
 from surveillance_pipeline.core.fingerprints import partition_fingerprint
+from surveillance_pipeline.core.keys import sha256_hex
+from surveillance_pipeline.core.line_digests import DERIVED_CSV_LINES, read_kept_lines
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.occurrences import load
@@ -41,9 +44,14 @@ def _month_later() -> dict[int, str]:
     return later
 
 
-def _load(db, derived: bytes, run_id: str, rules: load.OccurrenceRules | None = None):
+def _load(db, derived: bytes, run_id: str, rules: load.OccurrenceRules | None = None, kept_lines=None):
     return load.load_occurrences(
-        db, species=DEVIL_SPECIES, derived=derived, rules=rules or load.OccurrenceRules(), run_id=run_id
+        db,
+        species=DEVIL_SPECIES,
+        derived=derived,
+        rules=rules or load.OccurrenceRules(),
+        run_id=run_id,
+        kept_lines=kept_lines,
     )
 
 
@@ -99,6 +107,41 @@ def test_a_changed_input_is_applied_by_its_changed_records_and_ends_as_a_full_re
     _full_reload(db, _csv(_month_later()), "r2")
     assert (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), _held(db)[0]) == by_delta
     assert db.execute("SELECT count(*) FROM target_edits").fetchone() == (0,)
+
+
+def test_a_delta_from_the_kept_lines_copies_in_only_the_changed_ones_and_ends_as_a_full_reload(db, tmp_path):
+    """Each load keeps its derived file's line digests; the next delta, whose held rows were made from that
+    file, copies in only the lines that changed and names the gone records, and ends as a full reload (and
+    as the delta that compared every row); back to the first input, the same rows as the first load."""
+    ensure_state_tables(db)
+    memo = tmp_path / "lines.bin"
+    first = _load(db, _csv(BASE), "r0", kept_lines=memo)
+    before = (table_md5(db, DEVIL_SPECIES.species_id), _held(db))
+    kept = read_kept_lines(memo, source_sha256=first.parts["input"], kind=DERIVED_CSV_LINES)
+    assert kept is not None and kept.ids.tolist() == sorted(BASE)
+
+    later = _csv(_month_later())
+    with db.transaction(force_rollback=True):
+        load.copy_incoming(db, DEVIL_SPECIES, later, sha256_hex(later), kept)
+        copied = [row[0] for row in db.execute("SELECT id FROM incoming_occurrences ORDER BY id").fetchall()]
+        assert copied == [3, 4, 5, 22, 41, 1000, 1001, 1002, 1100]
+        candidates = db.execute(
+            sql.SQL("SELECT id FROM {} ORDER BY id").format(sql.Identifier(load.OCCURRENCE_CANDIDATES))
+        ).fetchall()
+        assert [row[0] for row in candidates] == [3, 4, 5, 7, 8, 9, 22, 41, 1000, 1001, 1002, 1100]
+    outcome = _load(db, later, "r1", kept_lines=memo)
+    assert outcome.changes is not None and outcome.changes.applied
+    assert (outcome.changes.added, outcome.changes.changed, outcome.changes.removed) == (4, 5, 3)
+    recorded, found = _held(db)
+    assert recorded == found
+    by_delta = (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), recorded)
+    _full_reload(db, later, "r2")
+    assert (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), _held(db)[0]) == by_delta
+
+    # The memo the delta kept names the month-later file: back to the first input by its lines.
+    back = _load(db, _csv(BASE), "r3", kept_lines=memo)
+    assert back.changes is not None and back.changes.total == 12
+    assert (table_md5(db, DEVIL_SPECIES.species_id), _held(db)) == before
 
 
 def test_a_return_to_the_earlier_input_is_a_delta_back_to_the_same_rows(db):

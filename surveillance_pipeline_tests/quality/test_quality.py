@@ -15,6 +15,14 @@ from shapely.geometry import Point, shape
 
 from surveillance_pipeline.core.errors import InputError
 from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.line_digests import (
+    RECORDS_FILE_LINES,
+    SEARCH_RECORDS,
+    KeptDigests,
+    LineDigests,
+    read_kept_lines,
+    write_kept_lines,
+)
 from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
@@ -35,14 +43,6 @@ from surveillance_pipeline.quality.outliers import (
 from surveillance_pipeline.quality.references import ReferenceLayers, load_quality_references
 from surveillance_pipeline.quality.rules import TESTS, QualityConfigError, QualityRules
 from surveillance_pipeline.quality.settings import configured_rules
-from surveillance_pipeline.quality.term_lines import (
-    RECORDS_FILE_LINES,
-    SEARCH_RECORDS,
-    KeptDigests,
-    LineDigests,
-    read_term_lines,
-    write_term_lines,
-)
 from surveillance_pipeline.releases.assets import (
     devil_snapshot_export,
     masked_release,
@@ -417,17 +417,17 @@ def test_the_kept_lines_are_read_only_for_the_raw_snapshot_and_kind_they_were_ma
     digests.add_lines(lines[60:])
     made = digests.lines("a" * 64, RECORDS_FILE_LINES)
     memo = tmp_path / "lines.bin"
-    write_term_lines(memo, made)
-    kept = read_term_lines(memo, raw_sha256="a" * 64, kind=RECORDS_FILE_LINES)
+    write_kept_lines(memo, made)
+    kept = read_kept_lines(memo, source_sha256="a" * 64, kind=RECORDS_FILE_LINES)
     assert kept is not None
     assert kept.ids.tolist() == list(range(1000, 1100))
     assert np.array_equal(kept.digests, made.digests)
-    assert read_term_lines(memo, raw_sha256="b" * 64, kind=RECORDS_FILE_LINES) is None
-    assert read_term_lines(memo, raw_sha256="a" * 64, kind=SEARCH_RECORDS) is None
+    assert read_kept_lines(memo, source_sha256="b" * 64, kind=RECORDS_FILE_LINES) is None
+    assert read_kept_lines(memo, source_sha256="a" * 64, kind=SEARCH_RECORDS) is None
     damaged = bytearray(memo.read_bytes())
     damaged[-3] ^= 1
     memo.write_bytes(bytes(damaged))
-    assert read_term_lines(memo, raw_sha256="a" * 64, kind=RECORDS_FILE_LINES) is None
+    assert read_kept_lines(memo, source_sha256="a" * 64, kind=RECORDS_FILE_LINES) is None
     # A line edited, one gone, one new: the kept digests tell the edited and the new from the others.
     later = LineDigests()
     edited = [

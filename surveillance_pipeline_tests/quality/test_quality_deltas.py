@@ -10,6 +10,7 @@ import pytest
 from psycopg import sql
 
 from surveillance_pipeline.core.keys import sha256_file
+from surveillance_pipeline.core.line_digests import read_kept_lines
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.gbif.raw_snapshots import RECORDS_SUFFIX, read_raw_snapshot
 from surveillance_pipeline.gbif.records import INTEGER_TERMS, RECORD_COLUMNS, RecordsWriter, escape
@@ -18,7 +19,6 @@ from surveillance_pipeline.quality import flags
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.references import ReferenceLayers
 from surveillance_pipeline.quality.settings import configured_rules
-from surveillance_pipeline.quality.term_lines import read_term_lines
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SPINE,
@@ -242,7 +242,7 @@ def test_a_delta_of_a_records_file_copies_in_only_its_changed_lines_and_ends_as_
     _records_file_snapshot(raw, records)
     first = refresh("r1")
     assert first.changes is not None and first.changes.applied and first.changes.total == 0
-    kept = read_term_lines(memos.term_lines, raw_sha256=sha256_file(raw), kind="records_file")
+    kept = read_kept_lines(memos.term_lines, source_sha256=sha256_file(raw), kind="records_file")
     assert kept is not None and len(kept.ids) == len(records)
 
     # A month later: a record now a fossil, one moved to Canberra (near the capital), one gone from the

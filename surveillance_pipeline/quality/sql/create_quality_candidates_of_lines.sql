@@ -1,5 +1,5 @@
 -- The records of a species whose quality row may differ from the one {held} keeps, when only the
--- records changed and the lines its held rows were made from are known (term_lines.py): only the
+-- records changed and the lines its held rows were made from are known (core/line_digests.py): only the
 -- changed and new lines are in incoming_quality_terms, and the records whose line went are in
 -- incoming_gone_records. Every other record's line is the one its held row was made from, so its terms
 -- are the held ones. A record is a candidate (as in create_quality_candidates.sql) when

@@ -1,9 +1,9 @@
 -- The distinct points of a species' kept records ({occurrences}: its partition), each with its records,
 -- made in one pass over the records: the outliers test's sites are these points, or the cells they fall
 -- in (select_quality_sites.sql). (Two passes, the points up to the limit and then the cells, took 2.4 and
--- 2.5 s for the largest species of the bench's 5M download.) With terms_from_held (a delta that copied in
--- only the changed lines, term_lines.py), a record whose line did not change has its point from its held
--- row in {held}: the same cast of the same text.
+-- 2.5 s for the largest species of the bench's 5M download.) With terms_from_held (a delta that copied
+-- in only the changed lines, core/line_digests.py), a record whose line did not change has its point from
+-- its held row in {held}: the same cast of the same text.
 CREATE TEMPORARY TABLE quality_points ON COMMIT DROP AS
 SELECT lon, lat, count(*) AS records
 FROM (

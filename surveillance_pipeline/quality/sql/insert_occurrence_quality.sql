@@ -46,8 +46,8 @@ WITH records AS (
     JOIN {occurrences} AS o ON o.id = t.key::bigint
     WHERE {records_made}
     UNION ALL
-    -- terms_from_held (a delta that copied in only the changed lines, term_lines.py): a candidate whose
-    -- line did not change has the terms of its held row, made from that same line.
+    -- terms_from_held (a delta that copied in only the changed lines, core/line_digests.py): a candidate
+    -- whose line did not change has the terms of its held row, made from that same line.
     SELECT h.id, o.year, h.basis_of_record, h.occurrence_status, h.establishment_means, h.individual_count,
            h.event_date, h.country_code, h.dataset_key, h.institution_code, h.coordinate_uncertainty_m,
            h.coordinate_precision, h.issues, h.decimal_longitude, h.decimal_latitude

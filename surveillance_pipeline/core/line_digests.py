@@ -1,18 +1,18 @@
-"""What a species' quality rows were made from, line by line: a digest of each record's line, kept beside
-the partition so that the next load copies in only the records whose line changed. Dagster-free.
+"""What a partition was made from, line by line: a digest of each record's line, kept beside the data so
+that the next load reads in only the records whose line changed. Dagster-free.
 
-A delta of ``occurrence_quality`` (flags.py) must find the records whose terms changed since its held rows
-were made. Copying every record in and comparing it with its held row costs a full reload's reading: for
-the bench's 1M-record download a month later, 2.9 s of COPY and 4.9 s of comparison in PostgreSQL's log
-(2026-12-07), for some 10,000 changed records. So each load keeps, in
-``data/memos/occurrence_quality/<slug>.lines.bin``, every record's gbifID and a 64-bit BLAKE2b digest of
-its line as copied (a records file's line, or a search answer's record as canonical JSON), with the
-sha256 of the raw snapshot the lines came from. The next load digests its own lines, copies only those
-whose digest the memo lacks, and names the records whose line went.
+A record-level delta (record_delta.py) must find the records that changed since the held rows were made.
+Copying every record in and comparing it with its held row costs a full reload's reading; for some
+10,000 changed records of the bench's 1M-record download a month later, `occurrence_quality` spent 2.9 s
+of COPY and 4.9 s of comparison in PostgreSQL's log (2026-12-07). So a load keeps, in a memo, every
+record's gbifID and a 64-bit BLAKE2b digest of its line (a records file's or a derived file's line, or a
+search answer's record as canonical JSON), with the sha256 of the file the lines came from. The next load
+digests its own lines, reads in only those whose digest the memo lacks, and names the records whose line
+went.
 
-The memo is used only where the raw snapshot it names is the one the held rows' key names: then it lists
-exactly the lines those rows were made from. One missing, damaged, or made from another snapshot costs the
-comparison of every record, never a wrong row; ``make repair`` trusts none.
+A memo is used only where the file it names is the one the held rows' key names: then it lists exactly
+the lines those rows were made from. One missing, damaged, or made from another file costs the comparison
+of every record, never a wrong row; ``make repair`` trusts none.
 """
 
 from __future__ import annotations
@@ -22,37 +22,44 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from surveillance_pipeline.core.partition_files import replace_file
 
+if TYPE_CHECKING:
+    import numpy as np
+# numpy is imported where it is used: loading the definitions must not import it (test_lazy_modules.py).
+
 # Bump when what a line's digest covers changes: a memo of another version is not read.
-TERM_LINES_VERSION = 1
-# What the lines are: a records file's lines as they are, or a search answer's records as canonical JSON
-# (the same record digests differently in each, so a memo of one kind says nothing of the other).
+LINE_DIGESTS_VERSION = 1
+# What the lines are: a records file's lines as they are, a search answer's records as canonical JSON, a
+# derived file's CSV lines (the same record digests differently in each, so a memo of one kind says
+# nothing of another).
 RECORDS_FILE_LINES = "records_file"
 SEARCH_RECORDS = "search"
+DERIVED_CSV_LINES = "derived_csv"
 DIGEST_BYTES = 8
 
 
 @dataclass(frozen=True)
-class TermLines:
-    """The records of one raw snapshot: gbifIDs and their lines' digests, in the snapshot's order."""
+class KeptLines:
+    """The records of one file: gbifIDs and their lines' digests, in the file's order."""
 
-    raw_sha256: str
+    source_sha256: str
     kind: str
     ids: np.ndarray  # int64
     digests: np.ndarray  # uint64
 
-    def gone_ids(self, later: TermLines) -> np.ndarray:
+    def gone_ids(self, later: KeptLines) -> np.ndarray:
         """The records these lines hold that ``later``'s lack."""
+        import numpy as np
+
         gone: np.ndarray = self.ids[~np.isin(self.ids, later.ids)]
         return gone
 
 
 class LineDigests:
-    """Digests gathered line by line (bytes), then frozen into TermLines."""
+    """Digests gathered line by line (bytes), then frozen into KeptLines."""
 
     def __init__(self) -> None:
         self._ids: list[int] = []
@@ -64,17 +71,21 @@ class LineDigests:
         self._digests.append(digest)
         return digest
 
-    def add_lines(self, lines: list[bytes]) -> np.ndarray:
-        """Lines of a records file (the gbifID first, up to a tab): their digests, as uint64."""
+    def add_lines(self, lines: list[bytes], separator: bytes = b"\t") -> np.ndarray:
+        """Lines that start with their gbifID, up to ``separator``: their digests, as uint64."""
+        import numpy as np
+
         blake2b = hashlib.blake2b
         digests = b"".join([blake2b(line, digest_size=DIGEST_BYTES).digest() for line in lines])
-        self._ids.extend(int(line[: line.index(b"\t")]) for line in lines)
+        self._ids.extend(int(line[: line.index(separator)]) for line in lines)
         self._digests.append(digests)
         return np.frombuffer(digests, dtype="<u8")
 
-    def lines(self, raw_sha256: str, kind: str) -> TermLines:
-        return TermLines(
-            raw_sha256,
+    def lines(self, source_sha256: str, kind: str) -> KeptLines:
+        import numpy as np
+
+        return KeptLines(
+            source_sha256,
             kind,
             np.array(self._ids, dtype=np.int64),
             np.frombuffer(b"".join(self._digests), dtype="<u8"),
@@ -95,26 +106,38 @@ def lines_of_block(block: bytes, carried: bytes) -> tuple[list[bytes], bytes]:
 class KeptDigests:
     """The digests a memo holds, sorted, to tell a line copied before from a changed one."""
 
-    def __init__(self, kept: TermLines) -> None:
+    def __init__(self, kept: KeptLines) -> None:
+        import numpy as np
+
         self._sorted = np.sort(kept.digests)
 
     def unseen(self, digests: np.ndarray) -> np.ndarray:
         """Per digest, whether the kept lines lack it."""
+        import numpy as np
+
         if len(self._sorted) == 0:
             return np.ones(len(digests), dtype=bool)
         at = np.searchsorted(self._sorted, digests)
         found: np.ndarray = self._sorted[np.minimum(at, len(self._sorted) - 1)] == digests
         return ~found
 
+    def unseen_one(self, digest: bytes) -> bool:
+        """Whether the kept lines lack this one digest (8 bytes)."""
+        import numpy as np
 
-def read_term_lines(path: Path, *, raw_sha256: str, kind: str) -> TermLines | None:
-    """The lines kept at ``path`` when they are of ``kind`` and were made from the raw snapshot
-    ``raw_sha256``; None when missing, damaged, or of another snapshot or kind."""
+        return bool(self.unseen(np.frombuffer(digest, dtype="<u8"))[0])
+
+
+def read_kept_lines(path: Path, *, source_sha256: str, kind: str) -> KeptLines | None:
+    """The lines kept at ``path`` when they are of ``kind`` and were made from the file ``source_sha256``;
+    None when missing, damaged, or of another file or kind."""
+    import numpy as np
+
     try:
         data = path.read_bytes()
         line, _, body = data.partition(b"\n")
         header = json.loads(line)
-        expected = {"version": TERM_LINES_VERSION, "kind": kind, "raw_sha256": raw_sha256}
+        expected = {"version": LINE_DIGESTS_VERSION, "kind": kind, "source_sha256": source_sha256}
         if any(header.get(name) != value for name, value in expected.items()):
             return None
         if hashlib.sha256(body).hexdigest() != header.get("sha256"):
@@ -124,15 +147,15 @@ def read_term_lines(path: Path, *, raw_sha256: str, kind: str) -> TermLines | No
         digests = np.frombuffer(body, dtype="<u8", offset=8 * records, count=records)
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    return TermLines(raw_sha256, kind, ids, digests)
+    return KeptLines(source_sha256, kind, ids, digests)
 
 
-def write_term_lines(path: Path, lines: TermLines) -> None:
+def write_kept_lines(path: Path, lines: KeptLines) -> None:
     body = lines.ids.astype("<i8").tobytes() + lines.digests.astype("<u8").tobytes()
     header = {
-        "version": TERM_LINES_VERSION,
+        "version": LINE_DIGESTS_VERSION,
         "kind": lines.kind,
-        "raw_sha256": lines.raw_sha256,
+        "source_sha256": lines.source_sha256,
         "records": len(lines.ids),
         "sha256": hashlib.sha256(body).hexdigest(),
     }
@@ -146,5 +169,5 @@ def changed_rows(
     each digested into ``digests`` on the way."""
     for row in rows:
         digest = digests.add(int(str(row[0])), search_line(row))
-        if kept is None or kept.unseen(np.frombuffer(digest, dtype="<u8"))[0]:
+        if kept is None or kept.unseen_one(digest):
             yield row
