@@ -200,7 +200,9 @@ def measure_sample(url: str, reps: int) -> dict[str, Any]:
         # Autovacuum would otherwise visit the freshly loaded rows during whichever path runs first.
         conn.execute("VACUUM ANALYZE occurrences")
         bare_table = sql.Identifier("bare_sample")
-        statement = load_sql(SAMPLES_PACKAGE, "insert_species_sample").format(occurrence_sample=bare_table)
+        statement = load_sql(SAMPLES_PACKAGE, "insert_species_sample").format(
+            occurrence_sample=bare_table, kept=sql.SQL("TRUE")
+        )
 
         def fresh_bare_table() -> None:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(bare_table))

@@ -50,6 +50,14 @@ class KeptLines:
     ids: np.ndarray  # int64
     digests: np.ndarray  # uint64
 
+    def ids_unique(self) -> bool:
+        """Whether no gbifID is on two lines. A line's digest names its record only when its id is on no
+        other: a file with an id twice is never read by its changed lines alone (a full reload refuses
+        it at the partition's primary key), nor kept."""
+        import numpy as np
+
+        return len(np.unique(self.ids)) == len(self.ids)
+
     def gone_ids(self, later: KeptLines) -> np.ndarray:
         """The records these lines hold that ``later``'s lack."""
         import numpy as np
@@ -138,7 +146,7 @@ def read_kept_lines(path: Path, *, source_sha256: str, kind: str) -> KeptLines |
         line, _, body = data.partition(b"\n")
         header = json.loads(line)
         expected = {"version": LINE_DIGESTS_VERSION, "kind": kind, "source_sha256": source_sha256}
-        if any(header.get(name) != value for name, value in expected.items()):
+        if not isinstance(header, dict) or any(header.get(name) != value for name, value in expected.items()):
             return None
         if hashlib.sha256(body).hexdigest() != header.get("sha256"):
             return None
@@ -147,10 +155,16 @@ def read_kept_lines(path: Path, *, source_sha256: str, kind: str) -> KeptLines |
         digests = np.frombuffer(body, dtype="<u8", offset=8 * records, count=records)
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    return KeptLines(source_sha256, kind, ids, digests)
+    kept = KeptLines(source_sha256, kind, ids, digests)
+    return kept if kept.ids_unique() else None
 
 
 def write_kept_lines(path: Path, lines: KeptLines) -> None:
+    """Keep ``lines`` at ``path`` for the next load; lines with a gbifID twice are not kept (any memo
+    there goes: it names another file)."""
+    if not lines.ids_unique():
+        path.unlink(missing_ok=True)
+        return
     body = lines.ids.astype("<i8").tobytes() + lines.digests.astype("<u8").tobytes()
     header = {
         "version": LINE_DIGESTS_VERSION,

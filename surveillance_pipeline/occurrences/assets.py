@@ -191,7 +191,9 @@ def gbif_derived(
 
 
 @species_asset(
-    metadata=outputs_metadata(tables=["species", "occurrences"], folders=["figures/occurrences"]),
+    metadata=outputs_metadata(
+        tables=["species", "occurrences"], folders=["figures/occurrences", f"memos/{OCCURRENCES.name}"]
+    ),
     group_name="occurrences",
     deps=[gbif_derived],
     code_version=OCCURRENCES.code_version,

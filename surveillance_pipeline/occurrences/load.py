@@ -221,7 +221,7 @@ def load_occurrences(
 
     def apply_changes(
         connection: psycopg.Connection, held: Fingerprint, loaded_under: Mapping[str, Any], __: JobKeyParts
-    ) -> Delta:
+    ) -> Delta | None:
         upsert_species(connection, species)
         # The lines the held rows were made from, when this load kept them: a row is its line's under the
         # same config (a delta's), so only the changed lines' rows, and the gone ones', can differ.
@@ -229,7 +229,13 @@ def load_occurrences(
         held_input = loaded_under.get("input")
         if kept_lines is not None and trust_kept_lines and isinstance(held_input, str):
             kept = read_kept_lines(kept_lines, source_sha256=held_input, kind=DERIVED_CSV_LINES)
-        keep_lines(copy_incoming(connection, species, derived, parts.input, kept))
+        lines = copy_incoming(connection, species, derived, parts.input, kept)
+        keep_lines(lines)
+        if kept is not None and not lines.ids_unique():
+            # A gbifID on two lines: the changed lines alone cannot tell them apart; the full reload
+            # refuses the file at the partition's primary key, as it always has.
+            drop_incoming(connection)
+            return None
         delta = apply_record_delta(
             connection,
             target=OCCURRENCES,
@@ -240,12 +246,7 @@ def load_occurrences(
             only_ids=None if kept is None else OCCURRENCE_CANDIDATES,
         )
         if delta.fingerprint is None:
-            # The full reload copies it again.
-            connection.execute(
-                sql.SQL("DROP TABLE IF EXISTS incoming_occurrences, {}").format(
-                    sql.Identifier(OCCURRENCE_CANDIDATES)
-                )
-            )
+            drop_incoming(connection)  # the full reload copies it again
         return delta
 
     outcome = refresh_partition(
@@ -262,6 +263,12 @@ def load_occurrences(
     if outcome.action == LOADED and (outcome.changes is None or not outcome.changes.applied):
         analyze_partition(conn, species.species_id)
     return outcome
+
+
+def drop_incoming(connection: psycopg.Connection) -> None:
+    connection.execute(
+        sql.SQL("DROP TABLE IF EXISTS incoming_occurrences, {}").format(sql.Identifier(OCCURRENCE_CANDIDATES))
+    )
 
 
 def upsert_species(connection: psycopg.Connection, species: Species) -> None:

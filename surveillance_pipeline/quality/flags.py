@@ -106,7 +106,8 @@ class QualityMemos:
 class TermsNotHeld(Exception):
     """A delta from the kept lines found a record occurrences keeps whose line did not change and which no
     held row carries (occurrences took it in since): its terms are in neither place, so the species'
-    flags are made from every record instead."""
+    flags are made from every record instead. Also raised for input with a gbifID on two lines, which the
+    changed lines alone cannot tell from one record (the full reload refuses it)."""
 
 
 def quality_parts(
@@ -349,6 +350,8 @@ def insert_quality_rows(
     lines = copy_terms(connection, snapshot, raw_path, raw_sha256, kept)
     if memos is not None:
         write_kept_lines(memos.term_lines, lines)
+    if kept is not None and not lines.ids_unique():
+        raise TermsNotHeld(species.slug)  # a gbifID twice: the full reload says so, as it always has
     terms_from_held = kept is not None
     thinned = copy_outliers(connection, species, rules, memos, terms_from_held=terms_from_held)
     # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
@@ -531,6 +534,8 @@ def search_rows(records: list[dict[str, Any]], path: Path) -> Iterator[list[str 
     for index, record in enumerate(records):
         key = record.get("key")
         where = f"record {index} (key {key})"
+        if isinstance(key, bool) or not isinstance(key, int):
+            raise InputError(path, where, "key", f"expected a gbifID (a whole number), got {key!r}")
         row: list[str | None] = [str(key)]
         for name in QUALITY_TEXT_TERMS:
             value = record.get(name)

@@ -1,5 +1,6 @@
 """A changed input applied record by record: the partition ends as a full reload of the input leaves it."""
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -141,6 +142,14 @@ def test_a_delta_from_the_kept_lines_copies_in_only_the_changed_ones_and_ends_as
     # The memo the delta kept names the month-later file: back to the first input by its lines.
     back = _load(db, _csv(BASE), "r3", kept_lines=memo)
     assert back.changes is not None and back.changes.total == 12
+    assert (table_md5(db, DEVIL_SPECIES.species_id), _held(db)) == before
+
+    # A gbifID on two lines, one of them unchanged: never applied by the changed lines alone; the full
+    # reload refuses it at the partition's primary key, and the partition keeps its rows.
+    twice = _csv(BASE) + _row(7).encode()
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        _load(db, twice, "r4", kept_lines=memo)
+    db.rollback()
     assert (table_md5(db, DEVIL_SPECIES.species_id), _held(db)) == before
 
 

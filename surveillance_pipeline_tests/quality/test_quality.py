@@ -440,6 +440,16 @@ def test_the_kept_lines_are_read_only_for_the_raw_snapshot_and_kind_they_were_ma
     assert [line for line, new in zip(edited, unseen.tolist(), strict=True) if new] == [edited[5], edited[-1]]
     assert kept.gone_ids(later.lines("c" * 64, RECORDS_FILE_LINES)).tolist() == [1099]
 
+    # Lines with a gbifID twice are not kept (the memo of another file goes), and a header that is not an
+    # object is a damaged memo.
+    twice = LineDigests()
+    twice.add_lines([*lines[:3], lines[1].replace(b"PRESERVED", b"FOSSIL")])
+    assert not twice.lines("d" * 64, RECORDS_FILE_LINES).ids_unique()
+    write_kept_lines(memo, twice.lines("d" * 64, RECORDS_FILE_LINES))
+    assert not memo.exists()
+    memo.write_bytes(b"0\n")
+    assert read_kept_lines(memo, source_sha256="d" * 64, kind=RECORDS_FILE_LINES) is None
+
 
 @pytest.mark.db
 @pytest.mark.dagster

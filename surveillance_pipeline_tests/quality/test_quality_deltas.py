@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import dagster as dg
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -277,6 +278,14 @@ def test_a_delta_of_a_records_file_copies_in_only_its_changed_lines_and_ends_as_
     db.execute("DELETE FROM target_state WHERE target = 'occurrence_quality' AND partition_key = %s", [DEVIL])
     whole = refresh("r3", trusted=False)
     assert (whole.action, whole.changes) == ("loaded", None)
+    assert _quality_held(db) == by_delta
+
+    # A gbifID on two lines (its line unchanged, so the kept digests know it): not applied by the changed
+    # lines alone; the full reload refuses it at the primary key, and the partition keeps its rows.
+    _records_file_snapshot(raw, [*edited, edited[40]])
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        refresh("r4")
+    db.rollback()
     assert _quality_held(db) == by_delta
 
 
