@@ -11,7 +11,8 @@
 -- it in since, its line unchanged): its terms are nowhere here, and the caller makes every row instead.
 CREATE TEMPORARY TABLE quality_candidates ON COMMIT DROP AS
 WITH now AS MATERIALIZED (
-    -- The changed lines of records occurrences keeps, cast as insert_occurrence_quality.sql casts them.
+    -- The changed lines of records occurrences keeps, cast as insert_occurrence_quality.sql casts them (and
+    -- compared below as create_quality_candidates.sql compares them: a term added there is added here).
     SELECT t.key::bigint AS id,
            t."basisOfRecord" AS basis_of_record,
            t."occurrenceStatus" AS occurrence_status,

@@ -20,8 +20,9 @@ INSERT INTO {table} (
     flag_outliers, first_flag
 )
 WITH records AS (
-    -- A term added here must be compared in create_quality_candidates.sql too: a delta makes the rows of
-    -- the records that file finds may differ, and no other.
+    -- A term added here must be compared in create_quality_candidates.sql and
+    -- create_quality_candidates_of_lines.sql too (and read from the held rows in the branch below): a
+    -- delta makes the rows of the records those files find may differ, and no other.
     SELECT o.id,
            o.year,
            t."basisOfRecord" AS basis_of_record,
