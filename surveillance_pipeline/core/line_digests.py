@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,12 @@ class KeptLines:
     def ids_unique(self) -> bool:
         """Whether no gbifID is on two lines. A line's digest names its record only when its id is on no
         other: a file with an id twice is never read by its changed lines alone (a full reload refuses
-        it at the partition's primary key), nor kept."""
+        it at the partition's primary key), nor kept. (Asked by the writer and the load alike: sorted
+        once.)"""
+        return self._ids_unique
+
+    @cached_property
+    def _ids_unique(self) -> bool:
         import numpy as np
 
         return len(np.unique(self.ids)) == len(self.ids)
