@@ -170,13 +170,36 @@ BOUND_SLACK_SHARE = 0.01
 BOUND_SLACK_M = 10.0
 
 
-def degree_bounds(test: str, buffer_m: float) -> dict[str, float]:
+# The finest touch cell tried (about 27 m of latitude): a buffer whose sure bound no coarser cell fits
+# settles nothing by its touch cells; they still spare the points of an untouched cell a polygon test.
+FINEST_TOUCH_CELL_DEGREES = 2.0**-12
+# How far inside the sure bound a touch cell's diagonal must stay: room for PostGIS's rounding.
+TOUCH_CELL_MARGIN = 1e-6
+
+
+def touch_cell(sure_degrees: float) -> tuple[float, bool]:
+    """The side of a buffer test's touch cells (insert_occurrence_quality.sql) and whether a touch settles
+    the test: the coarsest power of two, from a reference cell down, whose diagonal is within the sure
+    bound. A piece that touches such a cell is then within the bound of every point in it (of the piece's
+    point in the cell, each is at most a diagonal away), so all its points are within the buffer."""
+    side = REFERENCE_CELL_DEGREES
+    while side * math.sqrt(2) > sure_degrees * (1 - TOUCH_CELL_MARGIN) and side > FINEST_TOUCH_CELL_DEGREES:
+        side /= 2
+    return side, side * math.sqrt(2) <= sure_degrees * (1 - TOUCH_CELL_MARGIN)
+
+
+def degree_bounds(test: str, buffer_m: float) -> dict[str, float | bool]:
     """``<test>_sure_degrees``: a piece this near in degrees is within ``buffer_m``; ``<test>_reach_m``:
-    the metres past which the statement's reach in degrees says a piece cannot be within it."""
+    the metres past which the statement's reach in degrees says a piece cannot be within it;
+    ``<test>_touch_cell``, ``<test>_touch_settles``: its touch cells (``touch_cell``)."""
     slack = BOUND_SLACK_SHARE * buffer_m + BOUND_SLACK_M
+    sure_degrees = max(0.0, buffer_m - slack) / METRES_PER_DEGREE_AT_MOST
+    side, settles = touch_cell(sure_degrees)
     return {
-        f"{test}_sure_degrees": max(0.0, buffer_m - slack) / METRES_PER_DEGREE_AT_MOST,
+        f"{test}_sure_degrees": sure_degrees,
         f"{test}_reach_m": buffer_m + slack,
+        f"{test}_touch_cell": side,
+        f"{test}_touch_settles": settles,
     }
 
 

@@ -28,6 +28,7 @@ from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.planning.plan import make_plan
 from surveillance_pipeline.quality.assets import occurrence_quality
+from surveillance_pipeline.quality.flags import degree_bounds
 from surveillance_pipeline.quality.outliers import (
     EARTH_RADIUS_M,
     SiteSums,
@@ -66,6 +67,7 @@ from surveillance_pipeline_tests.support.pipeline import (
 from surveillance_pipeline_tests.support.quality_probes import (
     BASE_RECORDS,
     FIRST_KEY,
+    SCATTERED_RECORDS,
     _features,
     probe_keys,
     probes,
@@ -202,6 +204,73 @@ def test_each_test_flags_just_inside_its_limit_and_not_just_outside(db, database
         assert by_test[name]["flagged"] == sum(row[column] is True for row in flags.values()), name
         assert by_test[name]["first_reason"] == sum(row["first_flag"] == name for row in flags.values())
     assert shown["flagged"] == sum(row["first_flag"] is not None for row in flags.values())
+
+
+def test_a_touch_cell_is_the_coarsest_power_of_two_whose_diagonal_is_within_the_sure_bound():
+    for buffer_m in (0.0, 5.0, 20.0, 100.0, 999.0, 4_990.0, 5_000.0, 10_000.0, 100_000.0, 1_000_000.0):
+        bounds = degree_bounds("sea", buffer_m)
+        side, sure, settles = (
+            bounds["sea_touch_cell"],
+            bounds["sea_sure_degrees"],
+            bounds["sea_touch_settles"],
+        )
+        assert math.log2(side) == round(math.log2(side)) and side <= 0.5
+        if settles:
+            assert side * math.sqrt(2) <= sure and (side == 0.5 or 2 * side * math.sqrt(2) > sure), buffer_m
+        else:
+            assert side == 2.0**-12 and side * math.sqrt(2) > sure, buffer_m
+    # The defaults: the sea's 5 km settles by cells of 1/32 degree, the country's 10 km by 1/16.
+    assert degree_bounds("sea", 5_000.0)["sea_touch_cell"] == 1 / 32
+    assert degree_bounds("country", 10_000.0)["country_touch_cell"] == 1 / 16
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_the_buffer_tests_flag_what_the_geodesic_distance_alone_flags_point_for_point(
+    db, database_url, data_dir
+):
+    # Points scattered over a coast, each flagged for the sea and for its country as one geodesic
+    # ST_DWithin per point over every piece of the layers would flag it: whatever cell, sub-cell, touch
+    # cell or bound in degrees settled it first.
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, edit="scattered_on_coasts")
+    rules = configured_rules({})
+    rows = db.execute(
+        """
+        SELECT q.id, q.country_code, q.flag_sea, q.flag_country,
+               NOT EXISTS (
+                   SELECT 1 FROM quality_references AS r
+                   WHERE r.layer = 'land' AND ST_DWithin(r.geog, point.geog, %(sea)s)
+               ),
+               NOT EXISTS (
+                   SELECT 1 FROM quality_references AS r
+                   WHERE r.layer = 'countries' AND r.code = q.country_code
+                     AND ST_DWithin(r.geog, point.geog, %(country)s)
+               )
+        FROM occurrence_quality AS q
+        CROSS JOIN LATERAL (
+            SELECT ST_SetSRID(ST_MakePoint(q.decimal_longitude, q.decimal_latitude), 4326)::geography AS geog
+        ) AS point
+        WHERE q.species_id = %(species)s
+        ORDER BY q.id
+        """,
+        {
+            "sea": rules.param("sea", "buffer_m"),
+            "country": rules.param("country", "buffer_m"),
+            "species": species_by_slug(DEVIL).species_id,
+        },
+    ).fetchall()
+    assert len(rows) == SCATTERED_RECORDS
+    wrong = [row for row in rows if (row[2], row[3]) != (row[4], row[5])]
+    assert wrong == []
+    # Both ways, for both tests, and for both countries.
+    assert {(row[1], row[2], row[3]) for row in rows} >= {
+        ("AU", False, False),
+        ("AU", True, False),
+        ("AU", True, True),
+        ("NZ", False, True),
+        ("NZ", True, True),
+    }
 
 
 @pytest.mark.db

@@ -35,7 +35,12 @@ from surveillance_pipeline.samples.assets import (
     sample_engines_agree,
 )
 from surveillance_pipeline.samples.rules import md5_text
-from surveillance_pipeline_tests.support.quality_probes import _at, canberra, planted_records
+from surveillance_pipeline_tests.support.quality_probes import (
+    _at,
+    canberra,
+    planted_records,
+    scattered_on_coasts,
+)
 
 SPINE = [gbif_raw, gbif_derived, occurrences]
 SAMPLED = [*SPINE, occurrence_sample]
@@ -164,6 +169,7 @@ EDITS: dict[str, RecordEdit] = {
     "shuffle": shuffle,
     "add_record_before_the_100th_pick": add_record_before_the_100th_pick,
     "quality_probes": planted_records,
+    "scattered_on_coasts": scattered_on_coasts,
     "bad_individual_count": bad_individual_count,
     "month_later": month_later,
     "neighbours_changed": neighbours_changed,

@@ -239,3 +239,34 @@ def planted_records(lab_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def probe_keys() -> dict[str, int]:
     return {probe.name: FIRST_KEY + BASE_RECORDS + offset for offset, probe in enumerate(probes())}
+
+
+# Tasmania's north-east corner: its coasts, Bass Strait's islands and the open sea, within a degree.
+COAST_BOX = (147.6, -41.6, 148.6, -40.6)
+SCATTERED_RECORDS = 800
+
+
+def scattered_on_coasts(lab_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The devil's records replaced by points scattered over COAST_BOX (a seeded generator; every tenth
+    under New Zealand's countryCode): land, shore and sea, so that every way the statement settles the
+    buffer tests (cells, sub-cells, touch cells, bounds in degrees, geodesic distances) meets some."""
+    import numpy as np
+
+    template = {
+        name: value
+        for name, value in planted_records(lab_records)[0].items()
+        if name not in {"decimalLongitude", "decimalLatitude"}
+    }
+    generator = np.random.default_rng(20261207)
+    west, south, east, north = COAST_BOX
+    longitudes = generator.uniform(west, east, SCATTERED_RECORDS)
+    latitudes = generator.uniform(south, north, SCATTERED_RECORDS)
+    records = []
+    for index, (longitude, latitude) in enumerate(zip(longitudes, latitudes, strict=True)):
+        record = copy.deepcopy(template)
+        record.update(key=FIRST_KEY + index, gbifID=str(FIRST_KEY + index))
+        record.update(_at((round(float(longitude), 5), round(float(latitude), 5))))
+        if index % 10 == 9:
+            record["countryCode"] = "NZ"
+        records.append(record)
+    return records

@@ -4,6 +4,7 @@
 -- The spatial tests run once per distinct point (and countryCode): its grid cell first (covered whole by
 -- land, or by its own country; within reach of a reference point), then, for a point its cell leaves, its
 -- sub-cell (covered by one piece of land or of its country; out of reach of land, or of every country),
+-- then its touch cell (touched by land, or by its country: within the buffer; untouched: not in it),
 -- then the layers' pieces through their GiST indexes; distances are geodesic metres on the WGS84
 -- spheroid (geography). The outliers test is
 -- decided per site beforehand (quality/outliers.py) and read from incoming_outliers. With
@@ -224,6 +225,64 @@ celled AS (
     LEFT JOIN sub_cell_countries AS own
            ON own.sub_x = p.sub_x AND own.sub_y = p.sub_y AND own.country_code = p.country_code
 ),
+land_touch AS (
+    -- The points their cells and sub-cells leave to the sea test fall in touch cells (sea_touch_cell, a
+    -- power of two whose diagonal is within the test's sure bound in degrees, flags.py): a cell touched by
+    -- a piece of land has every point within that bound of it (of the piece's point in the cell, each is
+    -- at most a diagonal away), so within the buffer; no point of an untouched cell is on land. One test
+    -- per cell for all its points: the pieces' polygons are then met only by the points out at sea.
+    SELECT t.touch_x,
+           t.touch_y,
+           EXISTS (
+               SELECT 1 FROM {references} AS r
+               WHERE r.layer = 'land'
+                 AND ST_Intersects(r.geom, ST_MakeEnvelope(t.touch_x * %(sea_touch_cell)s,
+                                                           t.touch_y * %(sea_touch_cell)s,
+                                                           (t.touch_x + 1) * %(sea_touch_cell)s,
+                                                           (t.touch_y + 1) * %(sea_touch_cell)s, 4326))
+           ) AS touched
+    FROM (
+        SELECT DISTINCT floor(lon / %(sea_touch_cell)s)::integer AS touch_x,
+                        floor(lat / %(sea_touch_cell)s)::integer AS touch_y
+        FROM celled
+        WHERE NOT on_land AND NOT far_from_land
+    ) AS t
+    WHERE %(on_sea)s OR %(on_country)s
+),
+country_touch AS (
+    -- The same for the country test: a touch cell (country_touch_cell) that a piece of the point's own
+    -- country touches is within its buffer; a point in an untouched one is not in its country.
+    SELECT t.touch_x,
+           t.touch_y,
+           t.country_code,
+           EXISTS (
+               SELECT 1 FROM {references} AS r
+               WHERE r.layer = 'countries' AND r.code = t.country_code
+                 AND ST_Intersects(r.geom, ST_MakeEnvelope(t.touch_x * %(country_touch_cell)s,
+                                                           t.touch_y * %(country_touch_cell)s,
+                                                           (t.touch_x + 1) * %(country_touch_cell)s,
+                                                           (t.touch_y + 1) * %(country_touch_cell)s, 4326))
+           ) AS touched
+    FROM (
+        SELECT DISTINCT floor(lon / %(country_touch_cell)s)::integer AS touch_x,
+                        floor(lat / %(country_touch_cell)s)::integer AS touch_y,
+                        country_code
+        FROM celled
+        WHERE NOT in_own_country AND NOT far_from_countries AND country_has_polygon
+    ) AS t
+    WHERE %(on_country)s
+),
+touched AS (
+    SELECT c.*, land.touched AS land_touched, own.touched AS country_touched
+    FROM celled AS c
+    LEFT JOIN land_touch AS land
+           ON land.touch_x = floor(c.lon / %(sea_touch_cell)s)::integer
+          AND land.touch_y = floor(c.lat / %(sea_touch_cell)s)::integer
+    LEFT JOIN country_touch AS own
+           ON own.touch_x = floor(c.lon / %(country_touch_cell)s)::integer
+          AND own.touch_y = floor(c.lat / %(country_touch_cell)s)::integer
+          AND own.country_code = c.country_code
+),
 spatial AS (
     SELECT p.lon,
            p.lat,
@@ -250,8 +309,9 @@ spatial AS (
            -- sea for a species that lives in water (a country's waters are not in its land polygon).
            CASE WHEN %(on_country)s AND (%(terrestrial)s OR p.near_land) AND p.country_has_polygon THEN NOT (
                p.in_own_country
+               OR %(country_touch_settles)s AND coalesce(p.country_touched, false)
                OR NOT p.far_from_countries AND (
-                   EXISTS (
+                   p.country_touched IS DISTINCT FROM false AND EXISTS (
                        SELECT 1 FROM {references} AS r
                        WHERE r.layer = 'countries' AND r.code = p.country_code
                          AND ST_Intersects(r.geom, p.geom)
@@ -284,8 +344,9 @@ spatial AS (
                -- point the bounds leave undecided.
                CASE WHEN %(on_sea)s OR %(on_country)s THEN (
                    c.on_land
+                   OR %(sea_touch_settles)s AND coalesce(c.land_touched, false)
                    OR NOT c.far_from_land AND (
-                       EXISTS (
+                       c.land_touched IS DISTINCT FROM false AND EXISTS (
                            SELECT 1 FROM {references} AS r
                            WHERE r.layer = 'land' AND ST_Intersects(r.geom, c.geom)
                        )
@@ -309,7 +370,7 @@ spatial AS (
                ) END AS near_land,
                reach.country_reach_degrees,
                reach.country_reach_bounded
-        FROM celled AS c
+        FROM touched AS c
         -- Bounds in plain degrees that settle most points before a geodesic distance (about 4x the cost
         -- of a planar test). Along any path in longitude-latitude, a metre of the WGS84 spheroid is at
         -- most 1/111,694 of a degree (the meridian's degree at the pole is the longest, 111,694 m) and at
