@@ -197,6 +197,15 @@ def test_each_test_flags_just_inside_its_limit_and_not_just_outside(db, database
         [keys["uncertainty over"]],
     ).fetchone()
     assert terms == ("HUMAN_OBSERVATION", 10000.5, "TMAG", [])
+    issues = {
+        name: db.execute("SELECT issues FROM occurrence_quality WHERE id = %s", [keys[name]]).fetchone()[0]
+        for name in ("issues unsorted, repeated, padded", "one issue, padded", "serious issue")
+    }
+    assert issues == {
+        "issues unsorted, repeated, padded": ["COORDINATE_ROUNDED", "TAXON_MATCH_FUZZY"],
+        "one issue, padded": ["COORDINATE_ROUNDED"],
+        "serious issue": ["TAXON_MATCH_FUZZY"],
+    }
     # The metadata's table counts what the rows hold.
     by_test = {row["test"]: row for row in shown["tests"]}
     for column in FLAGS:

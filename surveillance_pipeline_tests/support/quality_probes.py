@@ -198,6 +198,13 @@ def probes() -> list[Probe]:
             {"flag_basis": True, "flag_old": True},
         ),
         Probe("no coordinates", {"decimalLongitude": None, "decimalLatitude": None}, {"flag_sea": None}),
+        # GBIF's issue flags are kept trimmed, each once, in order, however the download gives them.
+        Probe(
+            "issues unsorted, repeated, padded",
+            {"issues": ["TAXON_MATCH_FUZZY", " COORDINATE_ROUNDED ", "TAXON_MATCH_FUZZY", ""]},
+            {"flag_gbif_issues": True},
+        ),
+        Probe("one issue, padded", {"issues": [" COORDINATE_ROUNDED "]}, {"flag_gbif_issues": False}),
     ]
 
 

@@ -36,12 +36,17 @@ WITH records AS (
            t."institutionCode" AS institution_code,
            t."coordinateUncertaintyInMeters"::double precision AS coordinate_uncertainty_m,
            t."coordinatePrecision"::double precision AS coordinate_precision,
-           ARRAY(
-               SELECT DISTINCT btrim(issue) COLLATE "C"
-               FROM unnest(string_to_array(t.issues, ';')) AS issue
-               WHERE btrim(issue) <> ''
-               ORDER BY 1
-           ) AS issues,
+           -- GBIF's issue flags, trimmed, each once, in order. No flag or one (two records in three of the
+           -- bench's download) without the subquery, which costs a record some 2 microseconds.
+           CASE WHEN t.issues IS NULL OR t.issues = '' THEN '{{}}'::text[]
+                WHEN strpos(t.issues, ';') = 0 AND btrim(t.issues) <> '' THEN ARRAY[btrim(t.issues)]
+                ELSE ARRAY(
+                    SELECT DISTINCT btrim(issue) COLLATE "C"
+                    FROM unnest(string_to_array(t.issues, ';')) AS issue
+                    WHERE btrim(issue) <> ''
+                    ORDER BY 1
+                )
+           END AS issues,
            t."decimalLongitude"::double precision AS lon,
            t."decimalLatitude"::double precision AS lat
     FROM incoming_quality_terms AS t
