@@ -699,13 +699,18 @@ def quality_counts(conn: psycopg.Connection, species: Species) -> QualityCounts:
     flags = sql.SQL(", ").join(
         sql.SQL("count(*) FILTER (WHERE {})").format(sql.Identifier(test.column)) for test in TESTS
     )
-    parameters = {"species_id": species.species_id}
+    firsts = sql.SQL(", ").join(
+        sql.SQL("count(*) FILTER (WHERE first_flag = {})").format(sql.Placeholder(f"first_{i}"))
+        for i in range(len(TESTS))
+    )
+    parameters: dict[str, Any] = {"species_id": species.species_id}
+    parameters.update({f"first_{i}": test.name for i, test in enumerate(TESTS)})
     row = conn.execute(
-        load_sql(PACKAGE, "select_quality_counts").format(table=table, flags=flags), parameters
+        load_sql(PACKAGE, "select_quality_counts").format(table=table, flags=flags, firsts=firsts), parameters
     ).fetchone()
     assert row is not None
-    first = first_flag_counts(conn, species.species_id)
-    by_test = {test.name: (int(row[2 + i]), int(first.get(test.name, 0))) for i, test in enumerate(TESTS)}
+    tests = len(TESTS)
+    by_test = {test.name: (int(row[2 + i]), int(row[2 + tests + i])) for i, test in enumerate(TESTS)}
     return QualityCounts(int(row[0]), int(row[1]), by_test)
 
 
