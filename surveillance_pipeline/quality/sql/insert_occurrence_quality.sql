@@ -4,7 +4,8 @@
 -- The spatial tests run once per distinct point (and countryCode): its grid cell first (covered whole by
 -- land, or by its own country; within reach of a reference point), then, for a point its cell leaves, its
 -- sub-cell (covered by one piece of land or of its country; out of reach of land, or of every country),
--- then its touch cell (touched by land, or by its country: within the buffer; untouched: not in it),
+-- then its touch cell (touched by land, or by its country: within the buffer; untouched: not on land, or
+-- not in its country),
 -- then the layers' pieces through their GiST indexes; distances are geodesic metres on the WGS84
 -- spheroid (geography). The outliers test is
 -- decided per site beforehand (quality/outliers.py) and read from incoming_outliers. With
@@ -230,10 +231,11 @@ celled AS (
 ),
 land_touch AS (
     -- The points their cells and sub-cells leave to the sea test fall in touch cells (sea_touch_cell, a
-    -- power of two whose diagonal is within the test's sure bound in degrees, flags.py): a cell touched by
-    -- a piece of land has every point within that bound of it (of the piece's point in the cell, each is
-    -- at most a diagonal away), so within the buffer; no point of an untouched cell is on land. One test
-    -- per cell for all its points: the pieces' polygons are then met only by the points out at sea.
+    -- power of two whose diagonal is within the test's sure bound in degrees, flags.touch_cell): a cell
+    -- touched by a piece of land has every point within that bound of it (of the piece's point in the
+    -- cell, each is at most a diagonal away), so within the buffer; no point of an untouched cell is on
+    -- land. One test per cell for all its points: the pieces' polygons are then met only by the points
+    -- out at sea. (A buffer no cell fits, under some 50 m, settles nothing here: sea_touch_settles.)
     SELECT t.touch_x,
            t.touch_y,
            EXISTS (
@@ -289,7 +291,8 @@ touched AS (
 spatial AS (
     -- A point's geometry (and geography) is made in each probe that reads it, not carried through the
     -- CTEs above, which copy every point several times: most points meet no probe (for the largest
-    -- species of the bench's 1M download, 5.6-6.0 s against 5.9-6.2 s, 2026-12-07).
+    -- species of the bench's 1M download, 5.6-6.0 s against 5.9-6.2 s, four alternating runs each,
+    -- 2026-12-07; absolute times move with the machine).
     SELECT p.lon,
            p.lat,
            p.country_code,
