@@ -233,17 +233,32 @@ def test_a_touch_cell_is_the_coarsest_power_of_two_whose_diagonal_is_within_the_
     assert degree_bounds("country", 10_000.0)["country_touch_cell"] == 1 / 16
 
 
+# Buffers (sea, country) in metres, and the touch cells they give: the defaults; buffers whose touch cells
+# are coarser than the sub-cells; buffers no touch cell fits (they settle nothing, only spare a probe).
+BUFFERS = {
+    "defaults": (None, None, (1 / 32, True), (1 / 16, True)),
+    "wide": (30_000.0, 40_000.0, (1 / 8, True), (1 / 4, True)),
+    "narrow": (40.0, 40.0, (2.0**-12, False), (2.0**-12, False)),
+}
+
+
 @pytest.mark.db
 @pytest.mark.dagster
+@pytest.mark.parametrize("buffers", BUFFERS)
 def test_the_buffer_tests_flag_what_the_geodesic_distance_alone_flags_point_for_point(
-    db, database_url, data_dir
+    db, database_url, data_dir, buffers
 ):
     # Points scattered over a coast, each flagged for the sea and for its country as one geodesic
     # ST_DWithin per point over every piece of the layers would flag it: whatever cell, sub-cell, touch
     # cell or bound in degrees settled it first.
+    sea_m, country_m, sea_touch, country_touch = BUFFERS[buffers]
+    config = {"sea_buffer_m": sea_m, "country_buffer_m": country_m} if sea_m is not None else None
     with dg.instance_for_test() as instance:
-        _materialize(instance, database_url, data_dir, edit="scattered_on_coasts")
-    rules = configured_rules({})
+        _materialize(instance, database_url, data_dir, edit="scattered_on_coasts", config=config)
+    rules = configured_rules(config or {})
+    for test, touch in (("sea", sea_touch), ("country", country_touch)):
+        bounds = degree_bounds(test, float(rules.param(test, "buffer_m")))
+        assert (bounds[f"{test}_touch_cell"], bounds[f"{test}_touch_settles"]) == touch
     rows = db.execute(
         """
         SELECT q.id, q.country_code, q.flag_sea, q.flag_country,
@@ -272,6 +287,8 @@ def test_the_buffer_tests_flag_what_the_geodesic_distance_alone_flags_point_for_
     assert len(rows) == SCATTERED_RECORDS
     wrong = [row for row in rows if (row[2], row[3]) != (row[4], row[5])]
     assert wrong == []
+    if buffers != "defaults":
+        return
     # Both ways, for both tests, and for both countries.
     assert {(row[1], row[2], row[3]) for row in rows} >= {
         ("AU", False, False),

@@ -248,9 +248,9 @@ def probe_keys() -> dict[str, int]:
     return {probe.name: FIRST_KEY + BASE_RECORDS + offset for offset, probe in enumerate(probes())}
 
 
-# Tasmania's north-east corner: its coasts, Bass Strait's islands and the open sea, within a degree.
-COAST_BOX = (147.6, -41.6, 148.6, -40.6)
-SCATTERED_RECORDS = 800
+# Tasmania's north-east corner: its coasts, Bass Strait's islands, and the Tasman Sea out to some 90 km.
+COAST_BOX = (147.6, -41.6, 149.4, -40.6)
+SCATTERED_RECORDS = 1_000
 
 
 def scattered_on_coasts(lab_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
