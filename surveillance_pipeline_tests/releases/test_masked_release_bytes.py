@@ -160,10 +160,15 @@ def test_the_columnar_writers_write_the_bytes_of_the_row_writers(count, seed, nu
 
 
 @pytest.mark.db
+@pytest.mark.parametrize("read_once_up_to", [0, 1_000])
 @pytest.mark.parametrize("page_rows", [1, 3, 7])
-def test_a_release_read_a_few_rows_at_a_time_is_the_same_bytes(db, tmp_path, monkeypatch, page_rows):
-    # Pages of a few rows: the draws, the CSV and the Parquet's row group are carried across pages.
+def test_a_release_read_a_few_rows_at_a_time_is_the_same_bytes(
+    db, tmp_path, monkeypatch, page_rows, read_once_up_to
+):
+    # Pages of a few rows: the draws, the CSV and the Parquet's row group are carried across pages, whether
+    # the masked pages are kept from the first read or the rows are read again.
     monkeypatch.setattr(masking, "PAGE_ROWS", page_rows)
+    monkeypatch.setattr(masking, "READ_ONCE_UP_TO_ROWS", read_once_up_to)
     test_a_masked_release_is_the_pinned_bytes_of_the_row_by_row_build(db, tmp_path, "edge")
 
 
