@@ -225,10 +225,10 @@ _COPIED = ("id", "year", "longitude", "latitude", "license")
 _POINTS = ("id", "longitude", "latitude")
 # Rows per page read: a quarter of a Parquet row group, so a release holds a few pages, whatever its size.
 PAGE_ROWS = PARQUET_ROW_GROUP // 4
-# A release of at most this many rows is read from the warehouse once, its masked pages kept until the
-# files are written; a larger one twice (the bounding box first). A read of the points took 0.4 s, of
-# every column 0.5-0.7 s, for the 161,114 released rows of the 1M bench download's largest species
-# (2026-12-07).
+# A species whose occurrences hold at most this many rows is read from the warehouse once, its pages
+# kept until the files are written; a larger one is counted, then read twice (the bounding box first). A
+# read of the points took 0.4 s, of every column 0.5-0.7 s, for the 161,114 released rows of the 1M bench
+# download's largest species (2026-12-07).
 READ_ONCE_UP_TO_ROWS = PARQUET_ROW_GROUP
 _BEFORE_EVERY_ID = -(2**63)
 # A column as a CSV field of select_masked_release_page's lines: NULL empty, text quoted.
@@ -458,15 +458,31 @@ def build_masked_release(
             },
             "policy": _policy_record(conn, rules, tests, species_id),
         }
+        # A release of at most a row group (what the GeoParquet writer holds before it writes one anyway)
+        # is read once, its pages kept and counted here, and the files written from them masked; a larger
+        # one is counted by the warehouse and read twice (_masked_pass), so that it holds a few pages,
+        # whatever its size. occurrences' own rows bound the release's, read under the share lock above.
+        import pyarrow as pa
+
+        held_rows = _held_occurrence_rows(conn, slug)
+        read_once = species_id is not None and held_rows is not None and held_rows <= READ_ONCE_UP_TO_ROWS
+        read_pages: list[pa.Table] = []
         totals: tuple[int, ...] = (0, 0, 0, 0, 0)
-        if species_id is not None:
+        if species_id is not None and read_once:
+            read_pages = list(_pages(conn, species_id, _COPIED, kept_rows))
+            totals = _page_totals(read_pages)
+        elif species_id is not None:
             counting = load_sql(PACKAGE, "select_masked_release_counts").format(kept=kept_rows)
             row = conn.execute(counting, {"species_id": species_id})
             totals = tuple(int(n) for n in (row.fetchone() or totals))
         count, years, longitudes, latitudes, licenses = totals
         if species_id is None or count == 0 or longitudes == 0 or longitudes != latitudes:
             # No point to write (or none at all): geopandas types such a file, from the rows in memory.
-            table = _read_page(conn, species_id or 0, _COPIED, _BEFORE_EVERY_ID, max(count, 1), kept_rows)
+            table = (
+                pa.concat_tables(read_pages).combine_chunks()
+                if read_pages
+                else _read_page(conn, species_id or 0, _COPIED, _BEFORE_EVERY_ID, max(count, 1), kept_rows)
+            )
             released, counts = masked_columns(table, slug, rules, seed)
             files = [
                 csv_export_columns(f"{slug}.csv", released),
@@ -477,8 +493,6 @@ def build_masked_release(
                 remember_export_stamps(folder, stamps)
             excluded = int(extra["policy"]["excluded"])
             return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts, excluded)
-        import pyarrow as pa
-
         kinds = {
             "id": "int64",
             "species": "str",
@@ -487,13 +501,8 @@ def build_masked_release(
             "latitude": "float64",
             "license": geoparquet_kind(pa.large_string(), count - licenses, count),
         }
-        # A release of at most a row group (what the GeoParquet writer holds before it writes one anyway)
-        # keeps the masked pages of the pass that finds the bounding box and writes the files from them;
-        # a larger one reads its rows again, so that it holds a few pages, whatever its size.
-        read_once = count <= READ_ONCE_UP_TO_ROWS
-        columns = _COPIED if read_once else _POINTS
         bbox, counts, held_pages = _masked_pass(
-            conn, species_id, slug, count, rules, seed, kept_rows, columns
+            conn, species_id, slug, count, rules, seed, kept_rows, read_pages if read_once else None
         )
 
         def released_pages() -> Iterator[pa.Table]:
@@ -572,26 +581,46 @@ def _masked_pass(
     rules: MaskingRules,
     seed: int,
     kept: sql.Composable,
-    columns: Sequence[str],
+    read_pages: list[pa.Table] | None,
 ) -> tuple[list[float], list[int], list[pa.Table]]:
-    """A pass over the rows' ``columns`` (the points among them), masked: their bounding box, which the
-    GeoParquet's metadata holds before its first row; the displacement histogram; and, when ``columns``
-    are the release's (``_COPIED``), the masked pages, else none kept."""
+    """A pass over the rows, masked: their bounding box, which the GeoParquet's metadata holds before its
+    first row; the displacement histogram; and the masked pages of ``read_pages`` (the release's rows,
+    read already), or none kept when the pass reads the points alone."""
     bbox: list[float] | None = None
     histograms: list[np.ndarray] = []
     kept_pages: list[pa.Table] = []
     draws = DonutDraws(count, rules, seed)
-    for page in _pages(conn, species_id, columns, kept):
+    pages = read_pages if read_pages is not None else _pages(conn, species_id, _POINTS, kept)
+    for page in pages:
         released, radius, has_point = _masked_page(page, slug, draws)
         histograms.append(np.asarray(_histogram(radius[has_point], rules)))
         if has_point.any():
             box = point_bbox(_floats(released, "longitude"), _floats(released, "latitude"))
             bbox = box if bbox is None else [*map(min, bbox[:2], box[:2]), *map(max, bbox[2:], box[2:])]
-        if columns == _COPIED:
+        if read_pages is not None:
             kept_pages.append(released)
     if bbox is None or draws.left:
         raise ValueError(f"masked_release of {slug!r}: the rows changed while being read")
     return bbox, [int(n) for n in np.sum(histograms, axis=0)], kept_pages
+
+
+def _page_totals(pages: list[pa.Table]) -> tuple[int, ...]:
+    """What select_masked_release_counts.sql counts (rows, then the values of year, longitude, latitude
+    and license), over pages read already."""
+    rows = sum(page.num_rows for page in pages)
+    values = [
+        rows - sum(page.column(column).null_count for page in pages)
+        for column in ("year", "longitude", "latitude", "license")
+    ]
+    return (rows, *values)
+
+
+def _held_occurrence_rows(conn: psycopg.Connection, slug: str) -> int | None:
+    """The rows occurrences holds for the species (its state row's count), None when it holds none."""
+    found = conn.execute(
+        load_sql(PACKAGE, "select_held_rows"), {"target": OCCURRENCES.name, "partition_key": slug}
+    ).fetchone()
+    return int(found[0]) if found is not None else None
 
 
 def _floats(table: pa.Table, column: str) -> np.ndarray:
