@@ -30,6 +30,7 @@ from surveillance_pipeline.core.refresh import (
     WHOLE_TARGET,
     HeldKeys,
     RefreshOutcome,
+    last_recorded_output,
     read_held_keys,
     refresh_partition,
     upstream_job_key,
@@ -40,7 +41,7 @@ from surveillance_pipeline.core.targets import Target
 from surveillance_pipeline.gbif.raw_snapshots import RawSnapshot, parse_raw_snapshot, read_raw_bytes
 from surveillance_pipeline.gbif.records import RECORD_COLUMNS, open_hashed_records
 from surveillance_pipeline.gbif.registry import Species
-from surveillance_pipeline.occurrences.derive import check_request
+from surveillance_pipeline.occurrences.derive import DERIVED_ASSET, check_request, derive_parts
 from surveillance_pipeline.occurrences.load import OCCURRENCES, partition_table_name
 from surveillance_pipeline.quality.references import (
     QUALITY_REFERENCES,
@@ -376,7 +377,17 @@ def insert_quality_rows(
     if kept is not None and not lines.ids_unique():
         raise TermsNotHeld(species.slug)  # a gbifID twice: the full reload says so, as it always has
     terms_from_held = kept is not None
-    thinned = copy_outliers(connection, species, rules, memos, terms_from_held=terms_from_held)
+    points_from_occurrences = (
+        memos is not None and memos.trusted and occurrences_made_from(connection, species, raw_sha256)
+    )
+    thinned = copy_outliers(
+        connection,
+        species,
+        rules,
+        memos,
+        terms_from_held=terms_from_held,
+        points_from_occurrences=points_from_occurrences,
+    )
     # PostGIS's costs cross the JIT threshold; compiling costs more. The statement sorts and hashes
     # every record several times: in memory, not in temporary files. The incoming tables analyzed:
     # with their real sizes the planner hashes where it guessed a few thousand rows and merged.
@@ -435,6 +446,24 @@ def held_quality_inputs(conn: psycopg.Connection) -> HeldKeys:
     return read_held_keys(conn, OCCURRENCES.name, QUALITY_REFERENCES.name)
 
 
+def occurrences_made_from(conn: psycopg.Connection, species: Species, raw_sha256: str) -> bool:
+    """Whether occurrences holds the species' rows derived from this raw snapshot: gbif_derived recorded a
+    derive of these raw bytes by today's derive code, and its CSV is the input occurrences' rows were
+    loaded from (read under the share lock quality_parts took on occurrences' state row). Derive is pure
+    and writes a record's coordinates as the shortest text of the double the raw record holds, the text
+    the quality terms cast: so a record occurrences gave a point has its terms' point there. False when
+    either cannot be told (a fresh derive not recorded, occurrences loaded from another raw snapshot):
+    the points are then read from the terms."""
+    memo = last_recorded_output(conn, DERIVED_ASSET, species.slug)
+    if memo is None or memo.job_key != derive_parts(raw_sha256).key:
+        return False
+    derived = memo.detail.get("derived_sha256")
+    held = conn.execute(
+        load_sql(PACKAGE, "select_held_input"), {"target": OCCURRENCES.name, "partition_key": species.slug}
+    ).fetchone()
+    return isinstance(derived, str) and held is not None and held[0] == derived
+
+
 def copy_outliers(
     conn: psycopg.Connection,
     species: Species,
@@ -442,6 +471,7 @@ def copy_outliers(
     memos: QualityMemos | None = None,
     *,
     terms_from_held: bool = False,
+    points_from_occurrences: bool = False,
 ) -> bool:
     """incoming_outliers: the outliers test's verdict per site of the species' kept records (their distinct
     points, or cells when there are more than the exact limit); whether the sites are cells.
@@ -449,8 +479,9 @@ def copy_outliers(
     With ``memos``, the sites' distance sums start from those kept by the last load (updated by what
     changed, the same sums as from every pair; unless the memos are not trusted), and the new ones are
     kept in turn. A memo kept by a load whose transaction then rolled back still holds true sums of its
-    own sites. ``terms_from_held``: the records whose line did not change are read from their held rows
-    (create_quality_points.sql)."""
+    own sites. ``terms_from_held``: the records whose line did not change are read from their held rows;
+    ``points_from_occurrences``: occurrences' rows were made from these terms (occurrences_made_from), so
+    a record's point is read from occurrences where it has one (create_quality_points.sql)."""
     conn.execute(load_sql(PACKAGE, "create_incoming_outliers"))
     if not rules.is_enabled("outliers"):
         return False
@@ -465,7 +496,11 @@ def copy_outliers(
         load_sql(PACKAGE, "create_quality_points").format(
             occurrences=occurrences, held=sql.Identifier(OCCURRENCE_QUALITY.name)
         ),
-        {"terms_from_held": terms_from_held, "species_id": species.species_id},
+        {
+            "terms_from_held": terms_from_held,
+            "points_from_occurrences": points_from_occurrences,
+            "species_id": species.species_id,
+        },
     ).rowcount
     thinned = points > exact
     cell = float(rules.param("outliers", "cell_degrees"))

@@ -294,3 +294,48 @@ def _quality_held(db):
         "SELECT digest FROM target_state WHERE target = 'occurrence_quality' AND partition_key = %s", [DEVIL]
     ).fetchone()
     return rows_md5(db, "occurrence_quality"), state_row(db, "occurrence_quality"), digest
+
+
+def _outlier_sites(db, devil, raw, rules, *, from_occurrences):
+    """quality_points and incoming_outliers as copy_outliers makes them from every line of ``raw``, the
+    points read from occurrences or from the terms; rolled back."""
+    with db.transaction(force_rollback=True):
+        columns = sql.SQL(", ").join(
+            sql.SQL("{} text").format(sql.Identifier(n)) for n in flags.INCOMING_COLUMNS
+        )
+        db.execute(load_sql(flags.PACKAGE, "create_incoming_quality_terms").format(columns=columns))
+        db.execute(load_sql(flags.PACKAGE, "create_incoming_gone_records"))
+        flags.copy_terms(db, read_raw_snapshot(raw), raw, sha256_file(raw))
+        flags.copy_outliers(db, devil, rules, points_from_occurrences=from_occurrences)
+        return (
+            db.execute("SELECT lon, lat, records FROM quality_points ORDER BY 1, 2, 3").fetchall(),
+            db.execute("SELECT lon, lat, outlier FROM incoming_outliers ORDER BY 1, 2, 3").fetchall(),
+        )
+
+
+def test_the_outliers_sites_read_from_occurrences_are_those_of_the_terms_while_it_holds_their_derive(
+    db, database_url, data_dir
+):
+    """occurrences holds each record's terms' point where it gave it one, while its rows are the derive
+    of the raw snapshot the terms come from: the sites read from it (and from the terms for the records
+    it holds without a point, those published at 0,0) are the terms' own. A raw snapshot occurrences was
+    not loaded from is told apart, and its sites come from its terms."""
+    with dg.instance_for_test() as instance:
+        _materialize(instance, database_url, data_dir, "published_at_zero")
+    raw = data_dir / "raw" / f"{DEVIL}.json"
+    devil, rules = species_by_slug(DEVIL), configured_rules({})
+    assert flags.occurrences_made_from(db, devil, sha256_file(raw))
+    without_point = db.execute(
+        "SELECT count(*) FROM occurrence_quality AS q JOIN occurrences AS o USING (species_id, id)"
+        " WHERE o.longitude IS NULL AND q.decimal_longitude IS NOT NULL"
+    ).fetchone()[0]
+    assert without_point == 2  # published at 0,0 (support/pipeline.py): read from their terms
+    from_terms = _outlier_sites(db, devil, raw, rules, from_occurrences=False)
+    assert _outlier_sites(db, devil, raw, rules, from_occurrences=True) == from_terms
+    assert len(from_terms[0]) > 100 and any(outlier for _, _, outlier in from_terms[1])
+
+    # A record moved in the raw snapshot alone (occurrences not loaded again): no longer occurrences' derive.
+    records = [dict(record) for record in read_raw_snapshot(raw).records]
+    records[20]["decimalLongitude"], records[20]["decimalLatitude"] = 149.13, -35.28
+    _records_file_snapshot(raw, records)
+    assert not flags.occurrences_made_from(db, devil, sha256_file(raw))

@@ -114,6 +114,15 @@ def bad_individual_count(records):
     return edited
 
 
+def published_at_zero(records):
+    """Two records GBIF would serve as published at 0,0: one at 0,0 itself, one elsewhere but flagged
+    ZERO_COORDINATE. occurrences keeps both without a point; their terms keep the coordinates."""
+    edited = sorted(records, key=lambda r: r["key"])
+    edited[5] = {**edited[5], "decimalLatitude": 0.0, "decimalLongitude": 0.0}
+    edited[6] = {**edited[6], "issues": sorted({*edited[6].get("issues", []), "ZERO_COORDINATE"})}
+    return edited
+
+
 def month_later(records):
     """The same query a month later: the two lowest gbifIDs gone; four records edited (one re-identified
     as a fossil, one moved 0.01° north, one moved to Canberra, one given a 20 km uncertainty); three new (one
@@ -171,6 +180,7 @@ EDITS: dict[str, RecordEdit] = {
     "quality_probes": planted_records,
     "scattered_on_coasts": scattered_on_coasts,
     "bad_individual_count": bad_individual_count,
+    "published_at_zero": published_at_zero,
     "month_later": month_later,
     "neighbours_changed": neighbours_changed,
 }
