@@ -541,6 +541,23 @@ def record_provenance(
     return int(row[0])
 
 
+@dataclass(frozen=True)
+class HeldState:
+    """What a partition's state row says it holds: its rows, and the input checksum its key names."""
+
+    rows: int
+    input: str | None
+
+
+def held_state(conn: psycopg.Connection, target: str, partition_key: str) -> HeldState | None:
+    """The partition's state row as the caller's transaction sees it (read under the share lock
+    upstream_job_key takes, it cannot change before the transaction ends); None when nothing is held."""
+    row = conn.execute(
+        load_sql(CORE, "select_held_state"), {"target": target, "partition_key": partition_key}
+    ).fetchone()
+    return HeldState(int(row[0]), row[1]) if row is not None else None
+
+
 def upstream_job_key(conn: psycopg.Connection, target: str, partition_key: str) -> str:
     """The key an upstream target holds, share-locked so it cannot reload under the reader's transaction.
 

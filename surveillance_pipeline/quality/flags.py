@@ -30,6 +30,7 @@ from surveillance_pipeline.core.refresh import (
     WHOLE_TARGET,
     HeldKeys,
     RefreshOutcome,
+    held_state,
     last_recorded_output,
     read_held_keys,
     refresh_partition,
@@ -458,10 +459,8 @@ def occurrences_made_from(conn: psycopg.Connection, species: Species, raw_sha256
     if memo is None or memo.job_key != derive_parts(raw_sha256).key:
         return False
     derived = memo.detail.get("derived_sha256")
-    held = conn.execute(
-        load_sql(PACKAGE, "select_held_input"), {"target": OCCURRENCES.name, "partition_key": species.slug}
-    ).fetchone()
-    return isinstance(derived, str) and held is not None and held[0] == derived
+    held = held_state(conn, OCCURRENCES.name, species.slug)
+    return isinstance(derived, str) and held is not None and held.input == derived
 
 
 def copy_outliers(

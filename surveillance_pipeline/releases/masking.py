@@ -37,6 +37,7 @@ from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import (
     HeldKeys,
     RefreshOutcome,
+    held_state,
     last_recorded_output,
     read_held_keys,
     report_derived_output,
@@ -464,8 +465,12 @@ def build_masked_release(
         # whatever its size. occurrences' own rows bound the release's, read under the share lock above.
         import pyarrow as pa
 
-        held_rows = _held_occurrence_rows(conn, slug)
-        read_once = species_id is not None and held_rows is not None and held_rows <= READ_ONCE_UP_TO_ROWS
+        occurrences_held = held_state(conn, OCCURRENCES.name, slug)
+        read_once = (
+            species_id is not None
+            and occurrences_held is not None
+            and occurrences_held.rows <= READ_ONCE_UP_TO_ROWS
+        )
         read_pages: list[pa.Table] = []
         totals: tuple[int, ...] = (0, 0, 0, 0, 0)
         if species_id is not None and read_once:
@@ -613,14 +618,6 @@ def _page_totals(pages: list[pa.Table]) -> tuple[int, ...]:
         for column in ("year", "longitude", "latitude", "license")
     ]
     return (rows, *values)
-
-
-def _held_occurrence_rows(conn: psycopg.Connection, slug: str) -> int | None:
-    """The rows occurrences holds for the species (its state row's count), None when it holds none."""
-    found = conn.execute(
-        load_sql(PACKAGE, "select_held_rows"), {"target": OCCURRENCES.name, "partition_key": slug}
-    ).fetchone()
-    return int(found[0]) if found is not None else None
 
 
 def _floats(table: pa.Table, column: str) -> np.ndarray:
