@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import math
+from collections import Counter
 
 import dagster as dg
 import numpy as np
@@ -27,6 +28,7 @@ from surveillance_pipeline.core.refresh import ensure_state_tables
 from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.planning.plan import make_plan
+from surveillance_pipeline.quality import flags as quality_flags
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.flags import degree_bounds
 from surveillance_pipeline.quality.outliers import (
@@ -213,6 +215,21 @@ def test_each_test_flags_just_inside_its_limit_and_not_just_outside(db, database
         assert by_test[name]["flagged"] == sum(row[column] is True for row in flags.values()), name
         assert by_test[name]["first_reason"] == sum(row["first_flag"] == name for row in flags.values())
     assert shown["flagged"] == sum(row["first_flag"] is not None for row in flags.values())
+    # The map: every published point on its grid cell, the flagged ones apart (the probes hold points
+    # on both sides of the equator, so cells of both signs).
+    points = db.execute(
+        "SELECT first_flag IS NOT NULL, decimal_longitude, decimal_latitude FROM occurrence_quality"
+        " WHERE species_id = %s AND decimal_longitude IS NOT NULL AND decimal_latitude IS NOT NULL",
+        [devil.species_id],
+    ).fetchall()
+    grid = quality_flags.MAP_GRID_DEGREES
+    cells = Counter(
+        (flagged, round(lon / grid) * grid, round(lat / grid) * grid) for flagged, lon, lat in points
+    )
+    assert any(lat < 0 for _, _, lat in cells) and any(lat > 0 for _, _, lat in cells)
+    kept, flagged_cells = quality_flags.flagged_map_cells(db, devil)
+    assert kept == sorted((lon, lat, n) for (flagged, lon, lat), n in cells.items() if not flagged)
+    assert flagged_cells == sorted((lon, lat, n) for (flagged, lon, lat), n in cells.items() if flagged)
 
 
 def test_a_touch_cell_is_the_coarsest_power_of_two_whose_diagonal_is_within_the_sure_bound():
