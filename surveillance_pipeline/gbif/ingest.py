@@ -142,6 +142,10 @@ class SpeciesSources:
     current: list[tuple[DownloadInfo, SpeciesPart]]
     superseded: list[Superseded]
 
+    def held(self) -> bool:
+        """Whether the downloads decide the species' raw snapshot (else the search does)."""
+        return bool(self.current or self.superseded)
+
 
 def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
     """The raw snapshot's request for a species read from downloads: which downloads (and which of
@@ -227,7 +231,7 @@ def ingest_species_from_downloads(
     unchanged since it was last hashed is not read again (``sha256_file_stamped``); None: hashed.
     """
     found = species_sources(indexes, species)
-    if not found.current and not found.superseded:
+    if not found.held():
         return None
     sources = found.current
     request = download_request(species, sources)

@@ -11,7 +11,7 @@ import dagster as dg
 from surveillance_pipeline.core.fingerprints import verify_every_skip
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.download_index import DownloadIndex, DownloadsFolder, open_downloads
-from surveillance_pipeline.gbif.ingest import RAW_ASSET, refresh_raw_snapshot
+from surveillance_pipeline.gbif.ingest import RAW_ASSET, refresh_raw_snapshot, species_sources
 from surveillance_pipeline.gbif.licenses import LICENSES
 from surveillance_pipeline.gbif.registry import load_registry, species_by_slug
 from surveillance_pipeline.occurrences.derive import (
@@ -127,14 +127,26 @@ def gbif_raw(
             clients.append(gbif.client())
         return clients[0]
 
-    with warehouse.connect() as conn:
+    # A species taken from the downloads is its part copied out of their index and, where a newer download
+    # superseded an older one, a walk over both parts' ids: zlib and numpy, which leave Python's lock. When
+    # the downloads hold every species, two are taken at once; a species asked of the search makes the
+    # step go one species at a time, so its requests go one after another as always.
+    keys = context.partition_keys
+    registry = {species.slug: species for species in load_registry()}
+    from_downloads = bool(indexes) and all(
+        slug in registry and species_sources(indexes, registry[slug]).held() for slug in keys
+    )
+    side_by_side = partitions_side_by_side() if from_downloads else 1
+    with ThreadConnections.for_partitions(
+        warehouse, partition_threads(keys, side_by_side), this_thread_too=True
+    ) as connections:
         # make repair trusts no file's stamp (every records file is hashed) and no answer's version (the
         # search is asked again).
-        trust_stamps = not verify_every_skip(conn)
+        trust_stamps = not verify_every_skip(connections.get())
 
         def ingest_partition(slug: str) -> PartitionReport:
             outcome, ingested = refresh_raw_snapshot(
-                conn,
+                connections.get(),
                 species=species_by_slug(slug),
                 raw_path=paths.raw(slug),
                 indexes=indexes,
@@ -150,7 +162,7 @@ def gbif_raw(
                 outcome, ingested.file_sha256, path=path, retrieved=ingested.retrieved, **gone
             )
 
-        yield from report_partitions(context, ingest_partition)
+        yield from report_partitions(context, ingest_partition, side_by_side=side_by_side)
 
 
 @species_asset(
