@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import threading
 import zipfile
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from surveillance_pipeline.gbif.downloads import (
 )
 from surveillance_pipeline.gbif.ingest import ingest_species_from_downloads
 from surveillance_pipeline.gbif.licenses import CC_BY, CC_BY_NC, normalize_license
-from surveillance_pipeline.gbif.raw_snapshots import read_raw_snapshot
+from surveillance_pipeline.gbif.raw_snapshots import RECORDS_SUFFIX, read_raw_snapshot
 from surveillance_pipeline.gbif.records import record_from_fields
 from surveillance_pipeline.gbif.registry import (
     DOWNLOAD_ENDPOINT,
@@ -41,10 +42,12 @@ from surveillance_pipeline.gbif.registry import (
     species_by_slug,
 )
 from surveillance_pipeline.lab.resources import LabGbifSource
+from surveillance_pipeline.occurrences import assets as occurrence_assets
 from surveillance_pipeline.occurrences.assets import gbif_downloads, gbif_raw
 from surveillance_pipeline.occurrences.derive import DerivedFile, derive_to_file
 from surveillance_pipeline.occurrences.load import OccurrenceRules, load_occurrences
 from surveillance_pipeline.orchestration import run_settings
+from surveillance_pipeline.orchestration.reporting import partition_range_tags
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
 from surveillance_pipeline.planning.plan import SKIPPED, make_plan
@@ -758,3 +761,103 @@ def test_records_that_move_between_species_in_a_new_download_load_in_both_places
         f"{devil}|7004",
         f"{echidna}|7003",
     ]
+
+
+# The registry's next species after the devil, matched by its GBIF taxonKey; the one after it is not in the
+# test download (the search's, through the lab fallback).
+THYLACINE, PLATYPUS = "thylacinus-cynocephalus", "ornithorhynchus-anatinus"
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_gbif_raw_takes_two_species_at_once_only_when_the_downloads_hold_them_all_and_writes_the_same_files(
+    database_url, data_dir, tmp_path, monkeypatch
+):
+    """Two species at a time when the downloads hold every species of the run (each ingest waits at a
+    barrier for the other: one at a time, the barrier would time out); one at a time when a species is
+    asked of the search. Either way the raw files are those of one species per run."""
+    meta = META_XML.replace(
+        "  </core>", '    <field index="8" term="http://rs.gbif.org/terms/1.0/taxonKey"/>\n  </core>'
+    )
+    rows = [row.replace("\n", "\t\n") for row in DEVIL_ROWS] + [
+        "146.6\tDerwent Valley\tCC0_1_0\t7001\tThylacinus cynocephalus\t-42.6\t1930\t\t2435474\n",
+        "145.8\tWaratah\tCC0_1_0\t7002\tThylacinus cynocephalus\t-41.4\t1933\t\t2435474\n",
+    ]
+    header = HEADER.replace("\n", "\ttaxonKey\n")
+
+    download = tmp_path / "0001234-261129000000000.zip"
+    with zipfile.ZipFile(download, "w") as archive:
+        archive.writestr("meta.xml", meta)
+        archive.writestr("metadata.xml", METADATA_XML)
+        archive.writestr("occurrence.txt", ("\ufeff" + header + "".join(rows)).encode("utf-8"))
+
+    def write_download(folder: Path) -> None:  # the same bytes in each folder (a zip holds its time)
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(download, folder / download.name)
+
+    def raw_files(folder: Path) -> dict[str, bytes]:
+        return {path.name: path.read_bytes() for path in sorted((folder / "raw").iterdir())}
+
+    ingest = occurrence_assets.refresh_raw_snapshot
+    lock = threading.Lock()
+    inside, most_inside = [0], [0]
+
+    def counted_ingest(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most_inside[0] = max(most_inside[0], inside[0])
+        try:
+            return ingest(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    barrier = threading.Barrier(2, timeout=30)
+
+    def ingest_at_a_barrier(*args, **kwargs):
+        barrier.wait()
+        return counted_ingest(*args, **kwargs)
+
+    def run(folder: Path, first: str, last: str) -> dg.ExecuteInProcessResult:
+        with dg.instance_for_test() as instance:
+            return dg.materialize(
+                [gbif_raw],
+                instance=instance,
+                resources=_download_resources(database_url, folder),
+                tags=partition_range_tags(first, last),
+            )
+
+    write_download(data_dir / "downloads")
+    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", ingest_at_a_barrier)
+    assert run(data_dir, DEVIL, THYLACINE).success and not barrier.broken
+    assert most_inside == [2]
+    assert sorted(raw_files(data_dir)) == sorted(
+        f"{slug}{suffix}" for slug in (DEVIL, THYLACINE) for suffix in (".json", RECORDS_SUFFIX)
+    )
+    assert [
+        r["key"]
+        for r in read_raw_snapshot(data_dir / "raw" / f"{THYLACINE}.json").iter_records(
+            data_dir / "raw" / f"{THYLACINE}.json"
+        )
+    ] == [7001, 7002]
+
+    # One species at a time, each its own run: the same bytes.
+    one_by_one = tmp_path / "one-by-one"
+    write_download(one_by_one / "downloads")
+    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", ingest)
+    for slug in (DEVIL, THYLACINE):
+        assert run(one_by_one, slug, slug).success
+    assert raw_files(one_by_one) == raw_files(data_dir)
+
+    # The platypus is in no download: the search is asked for it, and the run goes one species at a time.
+    searched = tmp_path / "searched"
+    write_download(searched / "downloads")
+    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", counted_ingest)
+    most_inside[0] = 0
+    assert run(searched, DEVIL, PLATYPUS).success
+    assert most_inside == [1]
+    assert raw_files(searched)[f"{DEVIL}.json"] == raw_files(data_dir)[f"{DEVIL}.json"]
+    assert (
+        read_raw_snapshot(searched / "raw" / f"{PLATYPUS}.json").request
+        != read_raw_snapshot(searched / "raw" / f"{DEVIL}.json").request
+    )
