@@ -493,9 +493,9 @@ LOCAL_PARTITIONS_SIDE_BY_SIDE = 2
 
 
 def partitions_side_by_side() -> int:
-    """Partitions a step whose work is mostly the warehouse's computes at once: two in the local profile
-    (PostgreSQL runs each statement on one core), one under the distributed profile, where the workers'
-    steps already keep the warehouse's cores busy."""
+    """Partitions a step computes at once when its work is the warehouse's (PostgreSQL runs each statement
+    on one core) or leaves Python's lock (Arrow, zlib, numpy): two in the local profile, one under the
+    distributed profile, where the workers' steps already keep the machine's cores busy."""
     return 1 if is_distributed() else LOCAL_PARTITIONS_SIDE_BY_SIDE
 
 
