@@ -768,14 +768,8 @@ def test_records_that_move_between_species_in_a_new_download_load_in_both_places
 THYLACINE, PLATYPUS = "thylacinus-cynocephalus", "ornithorhynchus-anatinus"
 
 
-@pytest.mark.db
-@pytest.mark.dagster
-def test_gbif_raw_takes_two_species_at_once_only_when_the_downloads_hold_them_all_and_writes_the_same_files(
-    database_url, data_dir, tmp_path, monkeypatch
-):
-    """Two species at a time when the downloads hold every species of the run (each ingest waits at a
-    barrier for the other: one at a time, the barrier would time out); one at a time when a species is
-    asked of the search. Either way the raw files are those of one species per run."""
+def _devil_and_thylacine_download(path: Path) -> Path:
+    """A DwC-A holding the devil's rows and two of the thylacine (matched by its taxonKey)."""
     meta = META_XML.replace(
         "  </core>", '    <field index="8" term="http://rs.gbif.org/terms/1.0/taxonKey"/>\n  </core>'
     )
@@ -783,42 +777,56 @@ def test_gbif_raw_takes_two_species_at_once_only_when_the_downloads_hold_them_al
         "146.6\tDerwent Valley\tCC0_1_0\t7001\tThylacinus cynocephalus\t-42.6\t1930\t\t2435474\n",
         "145.8\tWaratah\tCC0_1_0\t7002\tThylacinus cynocephalus\t-41.4\t1933\t\t2435474\n",
     ]
-    header = HEADER.replace("\n", "\ttaxonKey\n")
-
-    download = tmp_path / "0001234-261129000000000.zip"
-    with zipfile.ZipFile(download, "w") as archive:
+    with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("meta.xml", meta)
         archive.writestr("metadata.xml", METADATA_XML)
-        archive.writestr("occurrence.txt", ("\ufeff" + header + "".join(rows)).encode("utf-8"))
+        archive.writestr(
+            "occurrence.txt",
+            ("\ufeff" + HEADER.replace("\n", "\ttaxonKey\n") + "".join(rows)).encode("utf-8"),
+        )
+    return path
 
-    def write_download(folder: Path) -> None:  # the same bytes in each folder (a zip holds its time)
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(download, folder / download.name)
 
-    def raw_files(folder: Path) -> dict[str, bytes]:
-        return {path.name: path.read_bytes() for path in sorted((folder / "raw").iterdir())}
+class _CountedIngest:
+    """gbif_raw's ingest, counting how many species are in it at once; with ``barrier``, each waits there
+    for another before it starts (one at a time, the barrier times out)."""
 
-    ingest = occurrence_assets.refresh_raw_snapshot
-    lock = threading.Lock()
-    inside, most_inside = [0], [0]
+    def __init__(self, barrier: threading.Barrier | None = None):
+        self.ingest = occurrence_assets.refresh_raw_snapshot
+        self.barrier = barrier
+        self.lock = threading.Lock()
+        self.inside = self.most_inside = 0
 
-    def counted_ingest(*args, **kwargs):
-        with lock:
-            inside[0] += 1
-            most_inside[0] = max(most_inside[0], inside[0])
+    def __call__(self, *args, **kwargs):
+        if self.barrier is not None:
+            self.barrier.wait()
+        with self.lock:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
         try:
-            return ingest(*args, **kwargs)
+            return self.ingest(*args, **kwargs)
         finally:
-            with lock:
-                inside[0] -= 1
+            with self.lock:
+                self.inside -= 1
 
-    barrier = threading.Barrier(2, timeout=30)
 
-    def ingest_at_a_barrier(*args, **kwargs):
-        barrier.wait()
-        return counted_ingest(*args, **kwargs)
+def _raw_files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted((folder / "raw").iterdir())}
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_gbif_raw_takes_two_species_at_once_only_when_the_downloads_hold_them_all_and_writes_the_same_files(
+    database_url, data_dir, tmp_path, monkeypatch
+):
+    """Two species at a time when the downloads hold every species of the run; one at a time when a
+    species is asked of the search. Either way the raw files are those of one species per run."""
+    download = _devil_and_thylacine_download(tmp_path / "0001234-261129000000000.zip")
 
     def run(folder: Path, first: str, last: str) -> dg.ExecuteInProcessResult:
+        # The same zip's bytes in each folder (a zip written again holds another time).
+        (folder / "downloads").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(download, folder / "downloads" / download.name)
         with dg.instance_for_test() as instance:
             return dg.materialize(
                 [gbif_raw],
@@ -827,37 +835,30 @@ def test_gbif_raw_takes_two_species_at_once_only_when_the_downloads_hold_them_al
                 tags=partition_range_tags(first, last),
             )
 
-    write_download(data_dir / "downloads")
-    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", ingest_at_a_barrier)
-    assert run(data_dir, DEVIL, THYLACINE).success and not barrier.broken
-    assert most_inside == [2]
-    assert sorted(raw_files(data_dir)) == sorted(
+    at_once = _CountedIngest(threading.Barrier(2, timeout=30))
+    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", at_once)
+    assert run(data_dir, DEVIL, THYLACINE).success and not at_once.barrier.broken
+    assert at_once.most_inside == 2
+    assert sorted(_raw_files(data_dir)) == sorted(
         f"{slug}{suffix}" for slug in (DEVIL, THYLACINE) for suffix in (".json", RECORDS_SUFFIX)
     )
-    assert [
-        r["key"]
-        for r in read_raw_snapshot(data_dir / "raw" / f"{THYLACINE}.json").iter_records(
-            data_dir / "raw" / f"{THYLACINE}.json"
-        )
-    ] == [7001, 7002]
+    thylacine = data_dir / "raw" / f"{THYLACINE}.json"
+    assert [r["key"] for r in read_raw_snapshot(thylacine).iter_records(thylacine)] == [7001, 7002]
 
     # One species at a time, each its own run: the same bytes.
-    one_by_one = tmp_path / "one-by-one"
-    write_download(one_by_one / "downloads")
-    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", ingest)
+    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", at_once.ingest)
     for slug in (DEVIL, THYLACINE):
-        assert run(one_by_one, slug, slug).success
-    assert raw_files(one_by_one) == raw_files(data_dir)
+        assert run(tmp_path / "one-by-one", slug, slug).success
+    assert _raw_files(tmp_path / "one-by-one") == _raw_files(data_dir)
 
     # The platypus is in no download: the search is asked for it, and the run goes one species at a time.
+    one_at_a_time = _CountedIngest()
+    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", one_at_a_time)
     searched = tmp_path / "searched"
-    write_download(searched / "downloads")
-    monkeypatch.setattr(occurrence_assets, "refresh_raw_snapshot", counted_ingest)
-    most_inside[0] = 0
     assert run(searched, DEVIL, PLATYPUS).success
-    assert most_inside == [1]
-    assert raw_files(searched)[f"{DEVIL}.json"] == raw_files(data_dir)[f"{DEVIL}.json"]
-    assert (
-        read_raw_snapshot(searched / "raw" / f"{PLATYPUS}.json").request
-        != read_raw_snapshot(searched / "raw" / f"{DEVIL}.json").request
-    )
+    assert one_at_a_time.most_inside == 1
+    assert _raw_files(searched)[f"{DEVIL}.json"] == _raw_files(data_dir)[f"{DEVIL}.json"]
+    sources = {
+        slug: read_raw_snapshot(searched / "raw" / f"{slug}.json").source for slug in (DEVIL, PLATYPUS)
+    }
+    assert sources[DEVIL] == "download" != sources[PLATYPUS]
