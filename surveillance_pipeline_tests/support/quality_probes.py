@@ -192,6 +192,9 @@ def probes() -> list[Probe]:
             {**_at(outside), "datasetKey": OTHER_DATASET},
             {"flag_duplicates": False},
         ),
+        # Records without a dataset are one group at their point, apart from those with one.
+        Probe("no dataset", {**_at(outside), "datasetKey": None}, {"flag_duplicates": False}),
+        Probe("no dataset, again", {**_at(outside), "datasetKey": None}, {"flag_duplicates": True}),
         Probe(
             "fossil from 1850",
             {"basisOfRecord": "FOSSIL_SPECIMEN", "year": 1850, "eventDate": "1850-01-01"},
