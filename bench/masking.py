@@ -54,6 +54,13 @@ def masking_rules() -> Any:
     return MaskingRules(policy="keep_all")
 
 
+def masking_key() -> Any:
+    """The key both programs draw with: the bench's own, on generated records (no secret to keep)."""
+    from surveillance_pipeline.core.seeds import SeedKey
+
+    return SeedKey("surveillance_pipeline bench masking key")
+
+
 def _rss_kb() -> int:
     for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
         if line.startswith("VmRSS:"):
@@ -70,7 +77,9 @@ def run_project(url: str, folder: Path) -> dict[str, Any]:
     rss_before = _rss_kb()
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        release = build_masked_release(conn, BENCH_SLUG, masking_rules(), folder, rebuild=True)
+        release = build_masked_release(
+            conn, BENCH_SLUG, masking_rules(), folder, key=masking_key(), rebuild=True
+        )
         seconds = time.perf_counter() - started
     return {"seconds": seconds, "rows": release.rows, "rss_before_kb": rss_before}
 
@@ -262,9 +271,9 @@ def run_limit(url: str, folder: Path, job: dict[str, Any]) -> dict[str, Any]:
 def _job(conn: psycopg.Connection) -> dict[str, Any]:
     """What the limit needs to write the same manifest: the key, the seed, the formats."""
     from bench.shared.bench_species import BENCH_SPECIES
-    from surveillance_pipeline.core.seeds import derived_seed, logical_run_id
+    from surveillance_pipeline.core.seeds import logical_run_id
     from surveillance_pipeline.releases import exports, masking
-    from surveillance_pipeline.releases.masking import STAGE, masked_release_parts
+    from surveillance_pipeline.releases.masking import MASKING_KEY_ID, STAGE, masked_release_parts
 
     if BENCH_SPECIES.slug != BENCH_SLUG:
         raise RuntimeError(
@@ -277,10 +286,10 @@ def _job(conn: psycopg.Connection) -> dict[str, Any]:
     ).fetchone()
     if input_key is None:
         raise RuntimeError("bench species not loaded")
-    rules = masking_rules()
-    parts = masked_release_parts(str(input_key[0]), rules)
+    rules, key = masking_rules(), masking_key()
+    parts = masked_release_parts(str(input_key[0]), rules, key.id)
     logical = logical_run_id(BENCH_SPECIES.slug, str(input_key[0]))
-    seed = derived_seed(logical, STAGE)
+    seed = key.seed(logical, STAGE)
     return {
         "slug": BENCH_SPECIES.slug,
         "seed": seed,
@@ -298,7 +307,7 @@ def _job(conn: psycopg.Connection) -> dict[str, Any]:
             "masking": {
                 "stage": STAGE,
                 "logical_run_id": logical,
-                "seed": seed,
+                MASKING_KEY_ID: key.id,
                 "displacement": masking.DISPLACEMENT,
             }
         },

@@ -21,6 +21,9 @@
 # - Either way: the geocoder ledger's HMAC salt (GEOCODER_LEDGER_SALT) is generated once per user, kept in
 #   ~/.config/surveillance_pipeline/geocoder-ledger-salt (mode 600), and written into .local/env.sh, unless
 #   the environment already sets one. It must not change: the ledger's keys are made with it.
+# - Either way: the release masking key (RELEASE_MASKING_KEY), which keys the masked release's draws, is
+#   generated once per user the same way (~/.config/surveillance_pipeline/release-masking-key, mode 600).
+#   Another key moves every released point elsewhere: every release is made again.
 # Idempotent: running it twice, or with the server already up, changes nothing. Once .local/env.sh names a
 # server that answers, a run only probes it (well under a second).
 set -euo pipefail
@@ -52,10 +55,25 @@ ledger_salt() {
   cat "$salt_file"
 }
 
+# The masking key keys the masked release's draws: without it no reader can move a point back.
+masking_key() {
+  if [ -n "${RELEASE_MASKING_KEY:-}" ]; then
+    printf '%s' "$RELEASE_MASKING_KEY"
+    return
+  fi
+  local key_file="$config_dir/release-masking-key"
+  if [ ! -s "$key_file" ]; then
+    mkdir -p "$config_dir" && chmod 700 "$config_dir"
+    (umask 077 && "$python" -c "import secrets; print(secrets.token_hex(32))" > "$key_file")
+  fi
+  cat "$key_file"
+}
+
 write_env() {  # url, dagster_db, origin ("given", or the cluster "<major>/surveillance")
   mkdir -p "$local_dir"
   chmod 700 "$local_dir"
-  GEOCODER_LEDGER_SALT=$(ledger_salt) "$python" - "$1" "$2" "$3" "$env_file" <<'PY'
+  GEOCODER_LEDGER_SALT=$(ledger_salt) RELEASE_MASKING_KEY=$(masking_key) \
+    "$python" - "$1" "$2" "$3" "$env_file" <<'PY'
 import os, shlex, sys
 from urllib.parse import unquote, urlsplit
 url, dagster_db, origin, env_file = sys.argv[1:]
@@ -68,11 +86,12 @@ values = {
     "DAGSTER_PG_PORT": str(parts.port or 5432),
     "DAGSTER_PG_DB": dagster_db,
     "GEOCODER_LEDGER_SALT": os.environ["GEOCODER_LEDGER_SALT"],
+    "RELEASE_MASKING_KEY": os.environ["RELEASE_MASKING_KEY"],
     # Where the URL came from: one the user gave is never replaced, the project's own cluster is restarted.
     "SURVEILLANCE_WAREHOUSE_ORIGIN": origin,
 }
 with open(env_file, "w") as handle:
-    handle.write("# Written by scripts/provision_postgis.sh; holds a password and a salt, never commit it.\n")
+    handle.write("# Written by scripts/provision_postgis.sh; holds a password and two keys, never commit it.\n")
     for name, value in values.items():
         handle.write(f"export {name}={shlex.quote(value)}\n")
 PY
@@ -100,6 +119,11 @@ if [ -z "${SURVEILLANCE_DATABASE_URL:-}" ] && [ -z "${GEOCODER_LEDGER_SALT:-}" ]
   if [ -n "$stored_url" ] && [ -n "$(stored GEOCODER_LEDGER_SALT)" ] \
     && stored_db=$(DAGSTER_PG_DB="${DAGSTER_PG_DB:-$(stored DAGSTER_PG_DB)}" probe "$stored_url" 2>/dev/null) \
     && [ "$stored_db" = "$(stored DAGSTER_PG_DB)" ]; then
+    if [ -z "$(stored RELEASE_MASKING_KEY)" ]; then
+      # Written before the masking key: the same values, and the key.
+      GEOCODER_LEDGER_SALT=$(stored GEOCODER_LEDGER_SALT) write_env "$stored_url" "$stored_db" "$stored_origin"
+      say "release masking key (RELEASE_MASKING_KEY) added to .local/env.sh"
+    fi
     say "PostGIS ready at $(stored DAGSTER_PG_HOST):$(stored DAGSTER_PG_PORT) (.local/env.sh; Dagster storage $stored_db)"
     exit 0
   fi

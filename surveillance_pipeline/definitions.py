@@ -17,6 +17,7 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_REQUESTS_PER_SECOND_VARIABLE,
     GEOCODER_URL_VARIABLE,
     GEOCODER_VARIABLE,
+    RELEASE_MASKING_KEY_VARIABLE,
     VERIFY_TARGETS_VARIABLE,
 )
 from surveillance_pipeline.gbif.client import LAB_SOURCE
@@ -38,6 +39,7 @@ from surveillance_pipeline.orchestration.resources import (
     GbifAccount,
     GbifSource,
     GeocoderSource,
+    ReleaseMasking,
     Warehouse,
 )
 from surveillance_pipeline.orchestration.run_health import dead_runs_sensor
@@ -124,6 +126,8 @@ def live_resources() -> dict[str, Any]:
             # A secret: keys the ledger's HMACs. make run (provisioning) writes one into .local/env.sh.
             ledger_salt=dg.EnvVar(GEOCODER_LEDGER_SALT_VARIABLE),
         ),
+        # A secret: keys the masked release's draws. make run (provisioning) writes one into .local/env.sh.
+        "masking": ReleaseMasking(key=dg.EnvVar(RELEASE_MASKING_KEY_VARIABLE)),
     }
 
 

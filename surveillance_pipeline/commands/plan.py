@@ -11,7 +11,12 @@ import psycopg
 
 from surveillance_pipeline.commands import exit_process
 from surveillance_pipeline.core.migrations import MIGRATIONS, applied_version
-from surveillance_pipeline.core.settings import DATABASE_URL_VARIABLE, GEOCODER_LEDGER_SALT_VARIABLE
+from surveillance_pipeline.core.seeds import SeedKey
+from surveillance_pipeline.core.settings import (
+    DATABASE_URL_VARIABLE,
+    GEOCODER_LEDGER_SALT_VARIABLE,
+    RELEASE_MASKING_KEY_VARIABLE,
+)
 from surveillance_pipeline.definitions import live_resources
 from surveillance_pipeline.planning.plan import make_plan
 
@@ -29,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     geocoder = resources["geocoder"].model_copy(
         update={"ledger_salt": os.environ.get(GEOCODER_LEDGER_SALT_VARIABLE, "")}
     )
+    # The masking key likewise; its id (never the key) is what a release's job key names.
+    masking_key = os.environ.get(RELEASE_MASKING_KEY_VARIABLE, "")
+    masking_key_id = SeedKey(masking_key).id if masking_key else None
     with psycopg.connect(url, autocommit=True, application_name="surveillance_pipeline plan") as conn:
         if applied_version(conn) < MIGRATIONS[-1].version:
             print(
@@ -37,7 +45,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         reads_downloads = resources["gbif"].reads_downloads()
-        plan = make_plan(conn, resources["paths"], geocoder, reads_downloads=reads_downloads)
+        plan = make_plan(
+            conn,
+            resources["paths"],
+            geocoder,
+            reads_downloads=reads_downloads,
+            masking_key_id=masking_key_id,
+        )
     source = "gbif_raw reads data/downloads/" if reads_downloads else "gbif_raw asks GBIF at run time"
     print(f"plan: what the next `make run` would do (reads only; {source})")
     if plan.indexed_here:

@@ -21,6 +21,8 @@ GEOCODER_VARIABLE = "GEOCODER"
 GEOCODER_URL_VARIABLE = "GEOCODER_URL"
 GEOCODER_REQUESTS_PER_SECOND_VARIABLE = "GEOCODER_REQUESTS_PER_SECOND"
 GEOCODER_LEDGER_SALT_VARIABLE = "GEOCODER_LEDGER_SALT"
+# A secret: keys the masked release's draws (core/seeds.py SeedKey). make run writes one into .local/env.sh.
+RELEASE_MASKING_KEY_VARIABLE = "RELEASE_MASKING_KEY"
 # "1": every skip compares the partition's fingerprint with its rows (make repair; core/fingerprints.py).
 VERIFY_TARGETS_VARIABLE = "SURVEILLANCE_VERIFY_TARGETS"
 

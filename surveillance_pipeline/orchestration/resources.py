@@ -14,6 +14,8 @@ import psycopg
 from surveillance_pipeline.core.data_folder import DataFolder
 from surveillance_pipeline.core.fingerprints import VERIFY_SETTING
 from surveillance_pipeline.core.refresh import ensure_state_tables
+from surveillance_pipeline.core.seeds import SeedKey
+from surveillance_pipeline.core.settings import RELEASE_MASKING_KEY_VARIABLE
 from surveillance_pipeline.gbif.api import DEFAULT_BASE_URL, ApiGbifClient, GbifAccountCredentials
 from surveillance_pipeline.gbif.client import API_SOURCE, DOWNLOAD_SOURCE, LAB_SOURCE, SOURCES, GbifClient
 from surveillance_pipeline.geocoding.service import (
@@ -275,6 +277,17 @@ class GbifSource(dg.ConfigurableResource):
     def api(self) -> ApiGbifClient:
         """GBIF's HTTP API at ``base_url``, whatever the ingest source (publishing always talks to GBIF)."""
         return ApiGbifClient(self.base_url)
+
+
+class ReleaseMasking(dg.ConfigurableResource):
+    """The release masking key: masked_release's draws are keyed by it (core/seeds.py SeedKey), so that a
+    published release, manifest included, cannot be undone. A secret, read through an EnvVar; its id (never
+    the key) enters the release's job key, so another key makes every release again, elsewhere."""
+
+    key: str
+
+    def seed_key(self) -> SeedKey:
+        return SeedKey(self.key, RELEASE_MASKING_KEY_VARIABLE)
 
 
 class GeocoderSource(dg.ConfigurableResource):

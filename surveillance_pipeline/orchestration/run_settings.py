@@ -39,6 +39,7 @@ from surveillance_pipeline.core.settings import (
     GEOCODER_URL_VARIABLE,
     GEOCODER_VARIABLE,
     QUALITY_FILE_VARIABLE,
+    RELEASE_MASKING_KEY_VARIABLE,
     SPECIES_FILE_VARIABLE,
     VERIFY_TARGETS_VARIABLE,
     data_dir,
@@ -98,6 +99,7 @@ def _quality_file() -> str:
 def resolve() -> dict[str, str]:
     """Each data-shaping setting as this process resolves it (defaults filled in), by variable name."""
     salt = os.environ.get(GEOCODER_LEDGER_SALT_VARIABLE, "")
+    masking_key = os.environ.get(RELEASE_MASKING_KEY_VARIABLE, "")
     return {
         GBIF_SOURCE_VARIABLE: _variable(GBIF_SOURCE_VARIABLE, LAB_SOURCE),
         GBIF_BASE_URL_VARIABLE: _variable(GBIF_BASE_URL_VARIABLE, DEFAULT_BASE_URL),
@@ -110,6 +112,7 @@ def resolve() -> dict[str, str]:
         GEOCODER_VARIABLE: _variable(GEOCODER_VARIABLE, LAB_GEOCODER),
         GEOCODER_URL_VARIABLE: _variable(GEOCODER_URL_VARIABLE, DEFAULT_GEOCODER_URL),
         GEOCODER_LEDGER_SALT_VARIABLE: _digest(salt) if salt else UNSET,
+        RELEASE_MASKING_KEY_VARIABLE: _digest(masking_key) if masking_key else UNSET,
         # Not row-shaping, but what a repair run does: a worker that would not compare fingerprints at a
         # skip (make repair) would leave a partition the run is meant to repair as it is.
         VERIFY_TARGETS_VARIABLE: "1" if os.environ.get(VERIFY_TARGETS_VARIABLE, "") == "1" else "0",

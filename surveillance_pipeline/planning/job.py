@@ -6,7 +6,13 @@ output: which partitions of each asset the next run would load, with counts and 
 import dagster as dg
 import psycopg
 
-from surveillance_pipeline.orchestration.resources import DataPaths, GbifSource, GeocoderSource, Warehouse
+from surveillance_pipeline.orchestration.resources import (
+    DataPaths,
+    GbifSource,
+    GeocoderSource,
+    ReleaseMasking,
+    Warehouse,
+)
 from surveillance_pipeline.planning.plan import LOAD, MAY_LOAD, make_plan
 
 PLAN_JOB = "plan_next_run"
@@ -19,12 +25,19 @@ def plan_op(
     paths: DataPaths,
     geocoder: GeocoderSource,
     gbif: GbifSource,
+    masking: ReleaseMasking,
 ) -> dg.Output[None]:
     # A plain connection: no migration, and the plan's transaction is rolled back (plan.make_plan).
     with psycopg.connect(
         warehouse.database_url, autocommit=True, application_name="surveillance_pipeline plan"
     ) as conn:
-        plan = make_plan(conn, paths, geocoder, reads_downloads=gbif.reads_downloads())
+        plan = make_plan(
+            conn,
+            paths,
+            geocoder,
+            reads_downloads=gbif.reads_downloads(),
+            masking_key_id=masking.seed_key().id,
+        )
     if plan.indexed_here:
         context.log.info(f"indexed {', '.join(plan.indexed_here)} in a temporary folder to read it")
     # Every partition up to a few thousand (a warehouse of 10,000 species summarizes past that).

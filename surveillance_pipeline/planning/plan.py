@@ -39,6 +39,7 @@ from surveillance_pipeline.core.keys import (
 )
 from surveillance_pipeline.core.record_delta import RecordChanges, change_counts, describe_changes
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_loaded_parts, last_recorded_output
+from surveillance_pipeline.core.settings import RELEASE_MASKING_KEY_VARIABLE
 from surveillance_pipeline.core.targets import WHOLE_TARGET_REF, Target
 from surveillance_pipeline.gbif.registry import Species, load_registry
 from surveillance_pipeline.geocoding.service import ledger_key
@@ -218,8 +219,11 @@ class Planner:
         paths: DataPaths,
         geocoder: GeocoderSource,
         downloads: PlannedDownloads | None = None,
+        masking_key_id: str | None = None,
     ) -> None:
         self.conn, self.paths, self.plan = conn, paths, Plan()
+        # The id of the release masking key the run will key its draws by (a release's key names it).
+        self.masking_key_id = masking_key_id
         # GBIF_SOURCE=download: the downloads gbif_raw will read, so the plan knows its answer.
         self.downloads = downloads
         self.salt = geocoder.ledger_salt
@@ -393,14 +397,19 @@ class Planner:
         release_upstream = [("occurrences", occurrences)]
         if rules.drops_flagged:
             release_upstream.append((OCCURRENCE_QUALITY.name, quality))
+        key_id = self.masking_key_id
         add(
             MASKED_RELEASE,
             slug,
-            self.policy_output(
+            Step(MAY_LOAD, f"{RELEASE_MASKING_KEY_VARIABLE} is not set where this plan ran", None)
+            if key_id is None
+            else self.policy_output(
                 MASKED_RELEASE,
                 slug,
                 lambda: masked_release_parts(
-                    release_input(self.conn, slug, rules, occurrences_key, refuse_edits=False)[0], rules
+                    release_input(self.conn, slug, rules, occurrences_key, refuse_edits=False)[0],
+                    rules,
+                    key_id,
                 ),
                 self.paths.partition(MASKED_RELEASE, slug),
                 release_upstream,
@@ -574,13 +583,15 @@ def make_plan(
     species: list[Species] | None = None,
     *,
     reads_downloads: bool = False,
+    masking_key_id: str | None = None,
 ) -> Plan:
     """The plan, read in one snapshot, in a transaction that is rolled back whatever it did: the ledger's
     reads share-lock their rows, and nothing may stay of a plan.
 
     ``reads_downloads`` (GBIF_SOURCE=download): gbif_raw's answer is read from the downloads folder, as the
     run will read it, and occurrences' record changes are counted; a download the run has not indexed yet
-    is indexed in a temporary folder, deleted with the plan."""
+    is indexed in a temporary folder, deleted with the plan. ``masking_key_id``: the id of the release masking
+    key the run keys its releases by (ReleaseMasking); without it, a release may load (its key is unknown)."""
     registry = load_registry() if species is None else species
     with contextlib.ExitStack() as stack:
         downloads = None
@@ -590,6 +601,6 @@ def make_plan(
             downloads = PlannedDownloads(paths.downloads(), paths.download_index(), load_registry(), scratch)
         with conn.transaction(force_rollback=True):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            plan = Planner(conn, paths, geocoder, downloads).run(registry)
+            plan = Planner(conn, paths, geocoder, downloads, masking_key_id).run(registry)
         plan.indexed_here = downloads.indexed_here if downloads is not None else []
         return plan

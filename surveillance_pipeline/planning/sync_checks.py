@@ -17,7 +17,12 @@ import dagster as dg
 import psycopg
 
 from surveillance_pipeline.orchestration.check_reports import changed_check_reports
-from surveillance_pipeline.orchestration.resources import DataPaths, GeocoderSource, Warehouse
+from surveillance_pipeline.orchestration.resources import (
+    DataPaths,
+    GeocoderSource,
+    ReleaseMasking,
+    Warehouse,
+)
 from surveillance_pipeline.planning.plan import LOAD, MAY_LOAD, Plan, make_plan
 
 SYNC_CHECK = "partitions_in_sync"
@@ -49,14 +54,16 @@ def out_of_sync(plan: Plan) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def current_plan(warehouse: Warehouse, paths: DataPaths, geocoder: GeocoderSource) -> Plan:
+def current_plan(
+    warehouse: Warehouse, paths: DataPaths, geocoder: GeocoderSource, masking: ReleaseMasking
+) -> Plan:
     # A plain connection: no migration, and the plan's transaction is rolled back (plan.make_plan).
     with psycopg.connect(
         warehouse.database_url, autocommit=True, application_name="surveillance_pipeline plan"
     ) as conn:
         # Not reading the downloads (make_plan's reads_downloads): every two minutes, that would derive
         # each species a new download changes. A new download shows as gbif_downloads' new data version.
-        return make_plan(conn, paths, geocoder)
+        return make_plan(conn, paths, geocoder, masking_key_id=masking.seed_key().id)
 
 
 def sync_result(asset: str, rows: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -114,8 +121,9 @@ def partitions_in_sync(
     warehouse: Warehouse,
     paths: DataPaths,
     geocoder: GeocoderSource,
+    masking: ReleaseMasking,
 ) -> Iterator[dg.AssetCheckResult]:
-    found = out_of_sync(current_plan(warehouse, paths, geocoder))
+    found = out_of_sync(current_plan(warehouse, paths, geocoder, masking))
     for key in context.selected_asset_check_keys:
         result = sync_result(key.asset_key.to_user_string(), found.get(key.asset_key.to_user_string(), []))
         yield dg.AssetCheckResult(**result)
@@ -130,9 +138,13 @@ def partitions_in_sync(
     "materialization of the asset; passed once none is left. Reads only; launches nothing.",
 )
 def report_partitions_in_sync(
-    context: dg.SensorEvaluationContext, warehouse: Warehouse, paths: DataPaths, geocoder: GeocoderSource
+    context: dg.SensorEvaluationContext,
+    warehouse: Warehouse,
+    paths: DataPaths,
+    geocoder: GeocoderSource,
+    masking: ReleaseMasking,
 ) -> dg.SensorResult:
-    found = out_of_sync(current_plan(warehouse, paths, geocoder))
+    found = out_of_sync(current_plan(warehouse, paths, geocoder, masking))
     return changed_check_reports(
         context,
         {(asset, SYNC_CHECK): rows for asset, rows in found.items()},

@@ -33,6 +33,7 @@ from surveillance_pipeline.orchestration.resources import (
     DataPaths,
     GbifAccount,
     GbifSource,
+    ReleaseMasking,
     ThreadConnections,
     Warehouse,
 )
@@ -285,14 +286,21 @@ class MaskedReleaseConfig(dg.Config):
     pool=MASKED_RELEASE,
     description="data/masked_release/<slug>/: the species' occurrences, each point moved between min_m and "
     "max_m metres in a random direction (donut geomasking), as CSV, GeoParquet and manifest.json. The "
-    "randomness is a seed derived from the partition and the occurrences job key (in metadata and "
-    "provenance), so `replay` regenerates a release byte for byte. The release policy (config) leaves out "
-    "the records occurrence_quality flags; the manifest names each test's version, parameters and count.",
+    "randomness is a seed of the partition and the occurrences job key keyed by the release masking key "
+    "(RELEASE_MASKING_KEY, a secret; its id in metadata, manifest and provenance, never the seed), so the "
+    "key's holder can `replay` a release byte for byte and no reader can undo it. The release policy "
+    "(config) leaves out the records occurrence_quality flags; the manifest names each test's version, "
+    "parameters and count.",
 )
 def masked_release(
-    context: dg.AssetExecutionContext, config: MaskedReleaseConfig, warehouse: Warehouse, paths: DataPaths
+    context: dg.AssetExecutionContext,
+    config: MaskedReleaseConfig,
+    warehouse: Warehouse,
+    paths: DataPaths,
+    masking: ReleaseMasking,
 ) -> PartitionEvents:
     rules = MaskingRules(min_m=config.min_m, max_m=config.max_m, policy=config.policy)
+    key = masking.seed_key()
     # A release is mostly work outside the interpreter's lock (the warehouse's reads, pyproj's geodesics,
     # Arrow's writers): two species at once use both cores.
     side_by_side = partitions_side_by_side()
@@ -311,6 +319,7 @@ def masked_release(
                 rules=rules,
                 folder=folder,
                 run_id=context.run.run_id,
+                key=key,
                 stamps=paths.memo(MASKED_RELEASE, slug),
                 held=held,
                 statistics=statistics,
@@ -334,8 +343,7 @@ def masked_release(
                 None,
                 **histogram,
                 folder=dg.MetadataValue.path(str(folder)),
-                # A string: a 64-bit seed is past what the UI's JSON numbers hold exactly.
-                seed=str(release.seed),
+                masking_key_id=key.id,
                 logical_run_id=release.logical_run_id,
                 manifest_sha256=release.manifest_sha256,
                 policy=rules.policy,
@@ -359,14 +367,14 @@ class ReplayConfig(dg.Config):
 
 @dg.op(description="Regenerate a masked release from its provenance row; fail unless the sha256 matches.")
 def replay_masked_release_op(
-    context: dg.OpExecutionContext, config: ReplayConfig, warehouse: Warehouse
+    context: dg.OpExecutionContext, config: ReplayConfig, warehouse: Warehouse, masking: ReleaseMasking
 ) -> dg.Output[str]:
     into = Path(config.into) if config.into else Path(tempfile.mkdtemp(prefix="replay_")) / "release"
     with warehouse.connect() as conn:
-        result = replay_from_provenance(conn, config.provenance_id, into)
+        result = replay_from_provenance(conn, config.provenance_id, into, masking.seed_key())
     metadata = {
         "partition": result.partition_key,
-        "seed": str(result.seed),
+        "masking_key_id": result.masking_key_id,
         "recorded_manifest_sha256": result.recorded_manifest_sha256,
         "replayed_manifest_sha256": result.replayed_manifest_sha256,
         "folder": str(result.folder),

@@ -6,8 +6,11 @@ to the true one wherever on Earth it lies; a fixed projection would hold those d
 region. The radius is drawn uniformly over the donut's area (not over distance), so masked points do not
 crowd the inner ring.
 
-The randomness is a derived seed (core.seeds) of the partition and the upstream occurrences job key, drawn
-in id order: the same input gives the same release, byte for byte, and ``replay`` can prove it.
+The randomness is a seed of the partition and the upstream occurrences job key, keyed by the release masking
+key (core.seeds.SeedKey, a secret from the environment), drawn in id order: the same input and key give the
+same release, byte for byte, and ``replay`` can prove it. The manifest names the key's id, never the seed:
+the released rows are in id order, so with the seed anyone could draw the same numbers and move every point
+back (a release whose manifest held its seed gave back all its 13,351 true points within 7 cm, 2026-12-07).
 
 The rows are read a page at a time (``PAGE_ROWS``, by id). A release of at most a Parquet row group (which
 the GeoParquet writer holds before it writes it) is read once and written from its masked pages; a larger
@@ -43,7 +46,7 @@ from surveillance_pipeline.core.refresh import (
     report_derived_output,
     upstream_job_key,
 )
-from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
+from surveillance_pipeline.core.seeds import SeedKey, logical_run_id, stage_generator
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.occurrences.load import OCCURRENCES
@@ -85,8 +88,8 @@ else:
 PACKAGE = "surveillance_pipeline.releases"
 STAGE = "masked_release"
 # Bump when the same input, config and seed would give other masked points (the draw or its order).
-# 2: displaced along the WGS84 geodesic instead of in EPSG:3577 metres.
-MASKING_VERSION = 2
+# 2: displaced along the WGS84 geodesic instead of in EPSG:3577 metres. 3: the seed keyed (SeedKey).
+MASKING_VERSION = 3
 ORDER = "ORDER BY id"
 COLUMNS = ("id", "species", "year", "longitude", "latitude", "license")
 # Released coordinates keep 6 decimals (about 0.1 m), the precision the CSV writes, in both files.
@@ -332,6 +335,7 @@ def _coordinate(value: float) -> float | None:
 class MaskedRelease:
     parts: JobKeyParts
     logical_run_id: str
+    # Held in memory only: with it the release could be undone, so no file, row or metadata keeps it.
     seed: int
     rows: int
     manifest_sha256: str
@@ -347,7 +351,7 @@ class MaskedRelease:
         return {
             "stage": STAGE,
             "logical_run_id": self.logical_run_id,
-            "seed": self.seed,
+            "masking_key_id": self.parts.config[MASKING_KEY_ID],
             "manifest_sha256": self.manifest_sha256,
             **(
                 {"displacement_counts": self.displacement_counts}
@@ -380,10 +384,23 @@ def release_input(
     )
 
 
-def masked_release_parts(input_job_key: str, rules: MaskingRules) -> JobKeyParts:
+# The config's name for the id of the key the draws were keyed by: another key draws other points.
+MASKING_KEY_ID = "masking_key_id"
+
+
+def masked_release_parts(input_job_key: str, rules: MaskingRules, key_id: str) -> JobKeyParts:
     return JobKeyParts(
-        input=input_job_key, transform=MASKING_VERSION, config=rules.as_config(), schema=EXPORT_FORMAT
+        input=input_job_key,
+        transform=MASKING_VERSION,
+        config={**rules.as_config(), MASKING_KEY_ID: key_id},
+        schema=EXPORT_FORMAT,
     )
+
+
+def rules_of_config(config: dict[str, Any]) -> tuple[MaskingRules, str | None]:
+    """The rules and the key id a release's job key config names (the key id is None before version 3)."""
+    rules = {name: value for name, value in config.items() if name != MASKING_KEY_ID}
+    return MaskingRules(**rules), config.get(MASKING_KEY_ID)
 
 
 def build_masked_release(
@@ -392,6 +409,7 @@ def build_masked_release(
     rules: MaskingRules,
     folder: Path,
     *,
+    key: SeedKey,
     expected_input: str | None = None,
     rebuild: bool = False,
     stamps: Path | None = None,
@@ -400,6 +418,7 @@ def build_masked_release(
 ) -> MaskedRelease:
     """Mask one species and publish it into ``folder`` (swapped in whole), unless it already holds the key.
 
+    ``key``: the release masking key the draws are keyed by (its id enters the job key).
     ``expected_input``: the upstream key the caller needs (a replay); a different one fails the build.
     ``rebuild``: build even when the folder holds the key (a replay proves, it does not trust).
     ``stamps``: the memo of the files' stamps (exports.export_is_current), so that deciding a skip does not
@@ -421,7 +440,7 @@ def build_masked_release(
             held_input = release_input(conn, slug, rules, held_occurrences)[0]
         except StaleInputError:
             pass  # the transaction below reads it again, under its lock, and says why
-        kept = _kept_release(conn, slug, rules, folder, held_input, stamps) if held_input else None
+        kept = _kept_release(conn, slug, rules, folder, held_input, stamps, key) if held_input else None
         if kept is not None:
             return kept
     with conn.transaction():
@@ -435,7 +454,7 @@ def build_masked_release(
             )
         # Tried above for the held key; a file hashed again would give the same answer.
         tried = rebuild or input_key == held_input
-        kept = None if tried else _kept_release(conn, slug, rules, folder, input_key, stamps)
+        kept = None if tried else _kept_release(conn, slug, rules, folder, input_key, stamps, key)
         if kept is not None:
             return kept
         if statistics is not None:
@@ -444,9 +463,9 @@ def build_masked_release(
             # a fresh warehouse's first run, ran for 9 minutes; after it, the same page plans an index
             # anti join on the flags (2026-12-07).
             statistics.ensure()
-        parts = masked_release_parts(input_key, rules)
+        parts = masked_release_parts(input_key, rules, key.id)
         logical = logical_run_id(slug, input_key)
-        seed = derived_seed(logical, STAGE)
+        seed = key.seed(logical, STAGE)
         found = conn.execute(load_sql(PACKAGE, "select_species_id"), {"slug": slug}).fetchone()
         species_id = int(found[0]) if found is not None else None
         kept_rows = kept_records(rules)
@@ -454,7 +473,7 @@ def build_masked_release(
             "masking": {
                 "stage": STAGE,
                 "logical_run_id": logical,
-                "seed": seed,
+                MASKING_KEY_ID: key.id,
                 "displacement": DISPLACEMENT,
             },
             "policy": _policy_record(conn, rules, tests, species_id),
@@ -548,9 +567,10 @@ def _kept_release(
     folder: Path,
     input_key: str,
     stamps: Path | None,
+    key: SeedKey,
 ) -> MaskedRelease | None:
     """The release the folder holds, when it is current for ``input_key`` (else None: build it)."""
-    parts = masked_release_parts(input_key, rules)
+    parts = masked_release_parts(input_key, rules, key.id)
     if not export_is_current(folder, parts.key, stamps):
         return None
     logical = logical_run_id(slug, input_key)
@@ -561,7 +581,7 @@ def _kept_release(
     return MaskedRelease(
         parts,
         logical,
-        derived_seed(logical, STAGE),
+        key.seed(logical, STAGE),
         manifest_rows(folder),
         sha256_file(folder / MANIFEST),
         False,
@@ -641,12 +661,16 @@ def release_masked_partition(
     rules: MaskingRules,
     folder: Path,
     run_id: str,
+    key: SeedKey,
     stamps: Path | None = None,
     held: HeldKeys | None = None,
     statistics: StatisticsBeforeUse | None = None,
 ) -> tuple[RefreshOutcome, MaskedRelease]:
-    """Build (or skip) one species' masked release and record it, seed included, in provenance."""
-    release = build_masked_release(conn, slug, rules, folder, stamps=stamps, held=held, statistics=statistics)
+    """Build (or skip) one species' masked release and record it in provenance (its logical run and key id,
+    from which the key's holder replays it; never the seed)."""
+    release = build_masked_release(
+        conn, slug, rules, folder, key=key, stamps=stamps, held=held, statistics=statistics
+    )
     outcome = report_derived_output(
         conn,
         asset=STAGE,

@@ -51,7 +51,15 @@ from surveillance_pipeline.orchestration.reporting import partition_range_tags
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.places.assets import geocoded_localities, region_assignment
 from surveillance_pipeline.planning.plan import SKIPPED, make_plan
-from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, metadata, observe, resources, table_md5
+from surveillance_pipeline_tests.support.pipeline import (
+    DEVIL,
+    SPINE,
+    TEST_SEED_KEY,
+    metadata,
+    observe,
+    resources,
+    table_md5,
+)
 
 DWCA_ZIP = "gbif/dwca-0000066-elevation/0000066-140928181241064.zip"
 SIMPLE_ZIP = "gbif/simplecsv-0009886-delphinium/0009886-250127130748423.zip"
@@ -453,7 +461,14 @@ def test_make_plan_reads_a_newer_download_and_counts_what_occurrences_will_chang
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
 
     def plan():
-        return make_plan(db, resources["paths"], resources["geocoder"], [devil], reads_downloads=True)
+        return make_plan(
+            db,
+            resources["paths"],
+            resources["geocoder"],
+            [devil],
+            reads_downloads=True,
+            masking_key_id=TEST_SEED_KEY.id,
+        )
 
     unchanged = plan().steps
     assert [unchanged[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [SKIPPED] * 3

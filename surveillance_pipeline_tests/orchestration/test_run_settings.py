@@ -34,6 +34,7 @@ def test_differences_name_each_setting_and_both_values(run, here, expected):
 
 def test_every_data_shaping_setting_is_resolved_and_secrets_are_not_recorded(monkeypatch):
     monkeypatch.setenv("GEOCODER_LEDGER_SALT", "a-secret-salt")
+    monkeypatch.setenv("RELEASE_MASKING_KEY", "a-secret-masking-key")
     monkeypatch.setenv(
         "SURVEILLANCE_DATABASE_URL", "postgresql://someone:a-password@db.example:5433/warehouse"
     )
@@ -51,12 +52,13 @@ def test_every_data_shaping_setting_is_resolved_and_secrets_are_not_recorded(mon
         "GEOCODER",
         "GEOCODER_URL",
         "GEOCODER_LEDGER_SALT",
+        "RELEASE_MASKING_KEY",
         "SURVEILLANCE_VERIFY_TARGETS",
     }
     assert resolved["GBIF_SOURCE"] == "download"
     assert resolved["SURVEILLANCE_DATABASE_URL"] == "someone@db.example:5433/warehouse"
     tag = run_settings.as_tags(resolved)[run_settings.SETTINGS_TAG]
-    assert "a-secret-salt" not in tag and "a-password" not in tag
+    assert "a-secret-salt" not in tag and "a-password" not in tag and "a-secret-masking-key" not in tag
     assert run_settings.from_tags({run_settings.SETTINGS_TAG: tag}) == resolved
 
 

@@ -61,6 +61,7 @@ from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline_tests.support.pipeline import (
     DEVIL,
     SPINE,
+    TEST_SEED_KEY,
     data_version,
     metadata,
     resources,
@@ -689,7 +690,7 @@ def test_a_hand_edit_of_the_flags_is_planned_repaired_and_the_release_kept(db, d
             " WHERE id = (SELECT min(id) FROM occurrence_quality)"
         )
         bound = resources(database_url, data_dir)
-        planned = make_plan(db, bound["paths"], bound["geocoder"], [devil])
+        planned = make_plan(db, bound["paths"], bound["geocoder"], [devil], masking_key_id=TEST_SEED_KEY.id)
         assert (
             planned.steps["occurrence_quality"][DEVIL].reason == "target edited outside the pipeline (UPDATE)"
         )

@@ -1,8 +1,11 @@
-"""masked_release: donut geomasking from a derived seed, skipped on an equal key, replayed byte for byte."""
+"""masked_release: donut geomasking from a keyed seed, skipped on an equal key, replayed byte for byte by the
+key's holder and by no one else."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import hmac
 import json
 import os
 import random
@@ -15,9 +18,10 @@ from pyproj import Geod
 
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import file_stamp
-from surveillance_pipeline.core.seeds import derived_seed, logical_run_id, stage_generator
+from surveillance_pipeline.core.seeds import SeedKey, logical_run_id, stage_generator
 from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.definitions import assemble
+from surveillance_pipeline.gbif.registry import species_by_slug
 from surveillance_pipeline.orchestration.resources import Warehouse
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.quality.flags import content_version
@@ -26,15 +30,24 @@ from surveillance_pipeline.releases.exports import MANIFEST
 from surveillance_pipeline.releases.masking import (
     DISPLACEMENT,
     STAGE,
+    DonutDraws,
     MaskingRules,
     build_masked_release,
     donut_mask,
     held_release_inputs,
     masked_rows,
 )
+from surveillance_pipeline.releases.replay import NotReplayable, replay_masked_release
 from surveillance_pipeline.releases.replay import main as replay_main
-from surveillance_pipeline.releases.replay import replay_masked_release
-from surveillance_pipeline_tests.support.pipeline import DEVIL, SPINE, materialize, metadata, resources
+from surveillance_pipeline_tests.support.pipeline import (
+    DEVIL,
+    SPINE,
+    TEST_MASKING_KEY,
+    TEST_SEED_KEY,
+    materialize,
+    metadata,
+    resources,
+)
 
 RELEASE = [*SPINE, occurrence_quality, masked_release]
 
@@ -43,19 +56,25 @@ RELEASE = [*SPINE, occurrence_quality, masked_release]
     ("partition", "input_key", "stage"),
     [("sarcophilus-harrisii", "a" * 64, "masked_release"), ("x", "", "other-stage"), ("é", "k", "s")],
 )
-def test_the_seed_is_the_first_8_bytes_of_sha256_of_logical_run_and_stage(partition, input_key, stage):
+def test_the_seed_is_the_first_8_bytes_of_the_keys_hmac_of_logical_run_and_stage(partition, input_key, stage):
     logical = logical_run_id(partition, input_key)
     assert logical == f"{partition}/{input_key}"
-    digest = hashlib.sha256(f"{logical}|{stage}".encode()).digest()
-    assert derived_seed(logical, stage) == int.from_bytes(digest[:8], "big")
+    digest = hmac.new(TEST_MASKING_KEY.encode(), f"{logical}|{stage}".encode(), hashlib.sha256).digest()
+    assert TEST_SEED_KEY.seed(logical, stage) == int.from_bytes(digest[:8], "big")
 
 
-def test_seeds_differ_by_stage_and_by_input_and_generators_are_pcg64():
+def test_seeds_differ_by_key_stage_and_input_the_id_names_the_key_and_generators_are_pcg64():
     logical = logical_run_id(DEVIL, "key-1")
-    assert derived_seed(logical, "masked_release") != derived_seed(logical, "other")
-    assert derived_seed(logical, "masked_release") != derived_seed(
-        logical_run_id(DEVIL, "key-2"), "masked_release"
-    )
+    seed = TEST_SEED_KEY.seed(logical, "masked_release")
+    assert seed != TEST_SEED_KEY.seed(logical, "other")
+    assert seed != TEST_SEED_KEY.seed(logical_run_id(DEVIL, "key-2"), "masked_release")
+    other_key = SeedKey("another key")
+    assert seed != other_key.seed(logical, "masked_release") and other_key.id != TEST_SEED_KEY.id
+    digest = hmac.new(TEST_MASKING_KEY.encode(), b"surveillance_pipeline key id", hashlib.sha256).hexdigest()
+    assert TEST_SEED_KEY.id == digest[:16]
+    assert TEST_MASKING_KEY not in repr(TEST_SEED_KEY)
+    with pytest.raises(ValueError, match="RELEASE_MASKING_KEY is empty"):
+        SeedKey("", "RELEASE_MASKING_KEY")
     generator = stage_generator(12345)
     assert isinstance(generator.bit_generator, np.random.PCG64)
     assert generator.random(3).tolist() == np.random.Generator(np.random.PCG64(12345)).random(3).tolist()
@@ -161,14 +180,27 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
         ).encode()
     )
     assert manifest["job_key_parts"]["input"] == release_input
-    expected_seed = derived_seed(logical_run_id(DEVIL, release_input), STAGE)
-    assert detail["seed"] == expected_seed == int(first["seed"]) == manifest["masking"]["seed"]
+    # The key's id, never the seed (with it, anyone could move the points back) nor the key.
+    key_id = TEST_SEED_KEY.id
+    assert (
+        detail["masking_key_id"] == first["masking_key_id"] == manifest["masking"]["masking_key_id"] == key_id
+    )
+    assert (
+        detail["logical_run_id"]
+        == manifest["masking"]["logical_run_id"]
+        == logical_run_id(DEVIL, release_input)
+    )
+    seed = str(TEST_SEED_KEY.seed(logical_run_id(DEVIL, release_input), STAGE)).encode()
+    published = [(folder / name).read_bytes() for name in before]
+    recorded = [json.dumps(detail).encode(), json.dumps({k: str(v) for k, v in first.items()}).encode()]
+    assert not [text for text in published + recorded if seed in text or TEST_MASKING_KEY.encode() in text]
     assert detail["manifest_sha256"] == first["manifest_sha256"] == sha256_file(folder / MANIFEST)
-    # No crs: the donut is geodesic (MASKING_VERSION 2), so no projection shapes the rows.
+    # No crs: the donut is geodesic (MASKING_VERSION 2), so no projection shapes the rows; the key's id does.
     assert manifest["job_key_parts"]["config"] == {
         "min_m": 100.0,
         "max_m": 1000.0,
         "policy": "drop_any_flagged",
+        "masking_key_id": key_id,
     }
     assert manifest["masking"]["displacement"] == DISPLACEMENT
 
@@ -182,12 +214,17 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
     assert _folder_hashes(folder) == before
     assert (folder / f"{DEVIL}.csv").stat().st_ino == inode, "an equal key rewrites no file"
 
-    # Replay from the provenance row (the skipped row names the same release).
-    replay = replay_masked_release(db, provenance_id, tmp_path / "scratch")
-    assert replay.equal and replay.seed == expected_seed
+    # Replay from the provenance row (the skipped row names the same release), by the key's holder only.
+    replay = replay_masked_release(db, provenance_id, tmp_path / "scratch", TEST_SEED_KEY)
+    assert replay.equal and replay.masking_key_id == key_id
     assert _folder_hashes(tmp_path / "scratch") == before
+    with pytest.raises(NotReplayable, match=f"masked under the key with id {key_id}"):
+        replay_masked_release(db, provenance_id, tmp_path / "other", SeedKey("another key"))
     skipped_id, _ = _release_provenance(db, "skipped")
     monkeypatch.setenv("SURVEILLANCE_DATABASE_URL", database_url)
+    monkeypatch.delenv("RELEASE_MASKING_KEY", raising=False)
+    assert replay_main(["--provenance-id", str(skipped_id), "--into", str(tmp_path / "keyless")]) == 2
+    monkeypatch.setenv("RELEASE_MASKING_KEY", TEST_MASKING_KEY)
     assert replay_main(["--provenance-id", str(skipped_id), "--into", str(tmp_path / "cli")]) == 0
 
     defs = assemble(resources(database_url, data_dir))
@@ -206,6 +243,54 @@ def test_masked_release_skips_an_equal_key_records_its_seed_and_replays_byte_for
     failed = job.execute_in_process(run_config=run_config, instance=postgres_instance, raise_on_error=False)
     assert not failed.success
     assert replay_main(["--provenance-id", "999999"]) == 2
+
+
+def _moved_back(
+    lon: np.ndarray, lat: np.ndarray, radius: np.ndarray, azimuth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each masked point moved back by its draw: the point whose move by (azimuth, radius) lands on it."""
+    back_lon, back_lat, _ = WGS84.fwd(lon, lat, azimuth + 180.0, radius)
+    for _ in range(4):
+        landed_lon, landed_lat, _ = WGS84.fwd(back_lon, back_lat, azimuth, radius)
+        back_lon, back_lat = back_lon + (lon - landed_lon), back_lat + (lat - landed_lat)
+    return back_lon, back_lat
+
+
+def test_a_release_is_undone_by_its_keyed_seed_and_not_by_what_it_publishes(
+    db, database_url, postgres_instance, data_dir
+):
+    """The released rows are in id order and the draws follow it: whoever has the seed moves every point
+    back to its true place. So the seed is keyed: from what a release publishes (its rows, and its
+    manifest's logical run, from which masking version 2 derived the seed with sha256, and printed it) none
+    comes back."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    logical = json.loads((folder / MANIFEST).read_bytes())["masking"]["logical_run_id"]
+    with (folder / f"{DEVIL}.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    true = {
+        row[0]: row[1:]
+        for row in db.execute(
+            "SELECT id, longitude, latitude FROM occurrences WHERE species_id = %s",
+            [species_by_slug(DEVIL).species_id],
+        ).fetchall()
+    }
+    placed = [i for i, row in enumerate(rows) if row["longitude"]]
+    lon, lat = (np.array([float(rows[i][name]) for i in placed]) for name in ("longitude", "latitude"))
+    true_lon, true_lat = (np.array([true[int(rows[i]["id"])][k] for i in placed]) for k in (0, 1))
+
+    def missed_by(seed: int) -> np.ndarray:
+        radius, azimuth = DonutDraws(len(rows), MaskingRules(), seed).next(len(rows))
+        back_lon, back_lat = _moved_back(lon, lat, radius[placed], azimuth[placed])
+        return np.asarray(WGS84.inv(back_lon, back_lat, true_lon, true_lat)[2])
+
+    assert len(placed) > 100
+    assert missed_by(TEST_SEED_KEY.seed(logical, STAGE)).max() < ROUNDING_M, (
+        "the key's holder moves them back"
+    )
+    published = int.from_bytes(hashlib.sha256(f"{logical}|{STAGE}".encode()).digest()[:8], "big")
+    missed = missed_by(published)
+    assert missed.min() > 1.0 and np.median(missed) > MaskingRules().min_m
 
 
 def test_a_config_change_reloads_the_release_with_other_points(db, database_url, postgres_instance, data_dir):
@@ -277,12 +362,12 @@ def test_a_current_release_is_kept_without_waiting_for_a_load_of_occurrences_in_
     with psycopg.connect(database_url, autocommit=True) as loading, loading.transaction():
         loading.execute("SELECT 1 FROM target_state WHERE target = 'occurrences' FOR UPDATE")
         db.execute("SET lock_timeout = '1s'")
-        kept = build_masked_release(db, DEVIL, rules, folder, stamps=stamps, held=held)
-        assert not kept.written and kept.seed == derived_seed(kept.logical_run_id, STAGE)
+        kept = build_masked_release(db, DEVIL, rules, folder, key=TEST_SEED_KEY, stamps=stamps, held=held)
+        assert not kept.written and kept.seed == TEST_SEED_KEY.seed(kept.logical_run_id, STAGE)
         with pytest.raises(psycopg.errors.LockNotAvailable):
-            build_masked_release(db, DEVIL, rules, folder, stamps=stamps)
+            build_masked_release(db, DEVIL, rules, folder, key=TEST_SEED_KEY, stamps=stamps)
     db.execute("RESET lock_timeout")
-    assert build_masked_release(db, DEVIL, rules, folder, stamps=stamps) == kept
+    assert build_masked_release(db, DEVIL, rules, folder, key=TEST_SEED_KEY, stamps=stamps) == kept
 
 
 def test_a_build_brings_the_flags_statistics_up_to_date_and_a_kept_release_does_not_ask(
@@ -306,9 +391,12 @@ def test_a_build_brings_the_flags_statistics_up_to_date_and_a_kept_release_does_
         return psycopg.connect(database_url, autocommit=True)
 
     statistics = Asked(connect, "occurrence_quality")
-    kept = build_masked_release(db, DEVIL, rules, folder, held=held_release_inputs(db), statistics=statistics)
+    held = held_release_inputs(db)
+    kept = build_masked_release(db, DEVIL, rules, folder, key=TEST_SEED_KEY, held=held, statistics=statistics)
     assert not kept.written and statistics.times == 0
-    rebuilt = build_masked_release(db, DEVIL, rules, folder, rebuild=True, statistics=statistics)
+    rebuilt = build_masked_release(
+        db, DEVIL, rules, folder, key=TEST_SEED_KEY, rebuild=True, statistics=statistics
+    )
     assert rebuilt.written and statistics.times == 1
     assert rebuilt.manifest_sha256 == kept.manifest_sha256
 

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from surveillance_pipeline.commands.run import WORKSPACE_FILE, prepare_lab_inputs, run_plan
+from surveillance_pipeline.core.seeds import SeedKey
 from surveillance_pipeline.core.settings import CODE_LOCATION_ATTRIBUTE, CODE_LOCATION_MODULE
 from surveillance_pipeline.gbif.client import GbifClient
 from surveillance_pipeline.gbif.registry import partition_keys
@@ -26,6 +27,7 @@ from surveillance_pipeline.orchestration.resources import (
     DataPaths,
     GbifAccount,
     GbifSource,
+    ReleaseMasking,
     Warehouse,
 )
 from surveillance_pipeline.orchestration.run_config import QUIET_CONSOLE
@@ -48,6 +50,9 @@ SUMMARIZED = [*SAMPLED, occurrence_sample_summary, sample_engines_agree]
 DEVIL = "sarcophilus-harrisii"
 # The tests' ledger salt (deployments read GEOCODER_LEDGER_SALT); a test checks it is never stored.
 TEST_LEDGER_SALT = "test-salt-6f1c9a52e0d34b7d"
+# The tests' release masking key (deployments read RELEASE_MASKING_KEY), and the key as the masking reads it.
+TEST_MASKING_KEY = "test-masking-key-0b7e41c95d2a48f3"
+TEST_SEED_KEY = SeedKey(TEST_MASKING_KEY, "RELEASE_MASKING_KEY")
 
 RecordEdit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
@@ -194,6 +199,7 @@ def resources(database_url: str, data_dir: Path, edit: str = "none") -> dict[str
         # Only derived_dataset_registration reads it; test_registration binds one with a fake GBIF.
         "gbif_account": GbifAccount(user="tester", password="not-a-real-password"),
         "geocoder": LabGeocoderSource(ledger_salt=TEST_LEDGER_SALT),
+        "masking": ReleaseMasking(key=TEST_MASKING_KEY),
     }
 
 

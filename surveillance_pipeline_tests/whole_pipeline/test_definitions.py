@@ -134,6 +134,12 @@ def test_the_geocoder_ledger_salt_is_read_from_the_environment_at_run_time():
     assert geocoder.ledger_salt.env_var_name == "GEOCODER_LEDGER_SALT"
 
 
+def test_the_release_masking_key_is_read_from_the_environment_at_run_time():
+    masking = defs.resources["masking"]
+    assert isinstance(masking.key, dg.EnvVar)
+    assert masking.key.env_var_name == "RELEASE_MASKING_KEY"
+
+
 def test_the_species_job_runs_the_places_assets():
     selected = {
         key.to_user_string() for key in defs.resolve_job_def("species_assets").asset_layer.selected_asset_keys

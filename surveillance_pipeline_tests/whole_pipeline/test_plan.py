@@ -17,7 +17,7 @@ from surveillance_pipeline.lab.deliveries import delivery_a
 from surveillance_pipeline.planning.job import PLAN_JOB
 from surveillance_pipeline.planning.plan import MAY_LOAD, make_plan
 from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
-from surveillance_pipeline_tests.support.pipeline import TEST_LEDGER_SALT, execute_as_launched
+from surveillance_pipeline_tests.support.pipeline import TEST_LEDGER_SALT, TEST_SEED_KEY, execute_as_launched
 from surveillance_pipeline_tests.whole_pipeline.test_target_verification import (
     SPECIES,
     LoadedWarehouse,
@@ -33,7 +33,13 @@ def plan_of(loaded: LoadedWarehouse):
     resources = loaded.defs.resources
     geocoder = resources["geocoder"].model_copy(update={"ledger_salt": TEST_LEDGER_SALT})
     versions = loaded.row_versions()
-    planned = make_plan(loaded.conn, resources["paths"], geocoder, [species_by_slug(s) for s in SPECIES])
+    planned = make_plan(
+        loaded.conn,
+        resources["paths"],
+        geocoder,
+        [species_by_slug(s) for s in SPECIES],
+        masking_key_id=TEST_SEED_KEY.id,
+    )
     assert loaded.row_versions() == versions, "the plan wrote rows"
     return planned
 

@@ -37,6 +37,7 @@ from surveillance_pipeline.snapshots.devil import DEVIL_SLUG
 from surveillance_pipeline_tests.support.file_digests import file_hashes
 from surveillance_pipeline_tests.support.pipeline import (
     SPECIES_COUNT,
+    TEST_SEED_KEY,
     execute_as_launched,
     resources,
     rows_md5,
@@ -310,7 +311,13 @@ def test_edits_no_trigger_saw_are_found_by_the_checks_and_repaired_by_the_next_r
     # newer materialization), and the next ordinary run repairs it with that reason.
     noted = f"{EDITED_OUTSIDE} ({FOUND_BY_VERIFICATION})"
     bound = resources(warehouse.url, warehouse.root)
-    planned = make_plan(warehouse.conn, bound["paths"], bound["geocoder"], [species_by_slug(SPECIES[0])])
+    planned = make_plan(
+        warehouse.conn,
+        bound["paths"],
+        bound["geocoder"],
+        [species_by_slug(SPECIES[0])],
+        masking_key_id=TEST_SEED_KEY.id,
+    )
     assert planned.steps["occurrences"][SPECIES[0]].reason == noted
     assert planned.steps["region_assignment"][SPECIES[0]].reason == noted
     reported, cursor = sensor_reports(warehouse, NOTED_EDITS_SENSOR, None)
