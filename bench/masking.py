@@ -272,6 +272,7 @@ def _job(conn: psycopg.Connection) -> dict[str, Any]:
     """What the limit needs to write the same manifest: the key, the seed, the formats."""
     from bench.shared.bench_species import BENCH_SPECIES
     from surveillance_pipeline.core.seeds import logical_run_id
+    from surveillance_pipeline.quality.policy import policy_record
     from surveillance_pipeline.releases import exports, masking
     from surveillance_pipeline.releases.masking import MASKING_KEY_ID, STAGE, masked_release_parts
 
@@ -309,7 +310,9 @@ def _job(conn: psycopg.Connection) -> dict[str, Any]:
                 "logical_run_id": logical,
                 MASKING_KEY_ID: key.id,
                 "displacement": masking.DISPLACEMENT,
-            }
+            },
+            # keep_all: the manifest names the policy and that it left nothing out.
+            "policy": policy_record(rules.policy, {}, {}),
         },
     }
 
