@@ -2,8 +2,9 @@
 and the UI binds to 127.0.0.1.
 
 The secrets test plants its own secrets, long random values made for the run: the GBIF credentials, the
-ledger salt, and the warehouse's password (the warehouse is a throwaway cluster of its own, whose role the
-test creates with that password). It runs the pipeline through a Postgres-backed Dagster instance,
+ledger salt, the release masking key (and looks for the masked release's seed it keys too), and the
+warehouse's password (the warehouse is a throwaway cluster of its own, whose role the test creates with
+that password). It runs the pipeline through a Postgres-backed Dagster instance,
 including a registration with GBIF (so the GBIF credentials are really used) and runs that fail, then
 scans every event record, every run record, every row of every table in the warehouse and in Dagster's
 storage, the compute logs, the data folder and the exception messages for each secret and for the
@@ -13,6 +14,7 @@ Basic-auth token made from the GBIF credentials.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import secrets
 import shutil
@@ -27,11 +29,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from surveillance_pipeline.core.seeds import SeedKey
 from surveillance_pipeline.lab.deliveries import write_lab_delivery
 from surveillance_pipeline.lab.districts import lab_layer_path
 from surveillance_pipeline.lab.resources import LabGbifSource
-from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, Warehouse
-from surveillance_pipeline.releases.assets import register_derived_dataset, sample_export
+from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, ReleaseMasking, Warehouse
+from surveillance_pipeline.quality.assets import occurrence_quality
+from surveillance_pipeline.releases.assets import masked_release, register_derived_dataset, sample_export
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
@@ -44,6 +48,7 @@ from surveillance_pipeline_tests.support.pipeline import DEVIL, SAMPLED, keep_al
 GBIF_USER = f"gbif-user-{secrets.token_hex(8)}"
 GBIF_PASSWORD = f"gbif-pw-{secrets.token_urlsafe(24)}"
 LEDGER_SALT = f"ledger-salt-{secrets.token_urlsafe(24)}"
+MASKING_KEY = f"masking-key-{secrets.token_urlsafe(24)}"
 PUBLISH = {"publish": True, "source_url_base": "https://releases.example.org/sample"}
 
 
@@ -138,6 +143,7 @@ def _plant_secrets(monkeypatch: pytest.MonkeyPatch, database_url: str) -> dict[s
     monkeypatch.setenv("GBIF_PASSWORD", GBIF_PASSWORD)
     # No code reads a ledger salt yet; set anyway, so the scan covers it when the geocoder ledger lands.
     monkeypatch.setenv("GEOCODER_LEDGER_SALT", LEDGER_SALT)
+    monkeypatch.setenv("RELEASE_MASKING_KEY", MASKING_KEY)
     database_password = urlsplit(database_url).password
     assert database_password and len(database_password) >= 32, "the cluster's planted password"
     return {
@@ -145,6 +151,7 @@ def _plant_secrets(monkeypatch: pytest.MonkeyPatch, database_url: str) -> dict[s
         "GBIF password": GBIF_PASSWORD,
         "GBIF Basic token": base64.b64encode(f"{GBIF_USER}:{GBIF_PASSWORD}".encode()).decode(),
         "ledger salt": LEDGER_SALT,
+        "release masking key": MASKING_KEY,
     }
 
 
@@ -155,6 +162,7 @@ def _resources_as_deployed(data_dir: Path, gbif: FakeGbif) -> dict[str, object]:
         "paths": DataPaths(root=str(data_dir), region_layer=str(lab_layer_path())),
         "gbif": LabGbifSource(source="lab", base_url=gbif.base_url),
         "gbif_account": GbifAccount(user=dg.EnvVar("GBIF_USER"), password=dg.EnvVar("GBIF_PASSWORD")),
+        "masking": ReleaseMasking(key=dg.EnvVar("RELEASE_MASKING_KEY")),
     }
 
 
@@ -179,9 +187,11 @@ def _register(instance, resources, raise_on_error=True):
 
 
 def _runs_that_use_every_secret(instance, resources, gbif: FakeGbif, planted: dict[str, str], data_dir: Path):
-    """Loads, a sample release registered with GBIF (the credentials really sent), a delivery."""
+    """Loads, a masked release (its draws keyed by the masking key), a sample release registered with GBIF
+    (the credentials really sent), a delivery."""
     for slug in (DEVIL, "ornithorhynchus-anatinus"):
         assert _run(instance, resources, SAMPLED, slug).success
+    assert _run(instance, resources, [occurrence_quality, masked_release], DEVIL).success
     assert _run(
         instance, resources, [occurrence_sample_summary, sample_export], config=keep_all("sample_export")
     ).success
@@ -263,6 +273,11 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
     texts = _everything_written(instance, runs, events, errors, database_url, dagster_storage_url, data_dir)
     _assert_the_scan_has_teeth(database_url, events)
     assert len(runs) >= 8 and len(events) > 100
+    # The masked release's seed, derived from the key: with it, the release could be undone.
+    logical = json.loads((data_dir / "masked_release" / DEVIL / "manifest.json").read_bytes())["masking"]
+    planted["masked release seed"] = str(
+        SeedKey(MASKING_KEY).seed(logical["logical_run_id"], "masked_release")
+    )
     assert _found(texts, planted) == []
 
 
