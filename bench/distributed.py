@@ -55,6 +55,7 @@ def _environment(redis_url: str, registry: Path | None, per_run: int | None) -> 
         "REDIS_URL": redis_url,
         "SURVEILLANCE_PARTITION_WRITERS": "2",
         "GEOCODER_LEDGER_SALT": os.environ.get("GEOCODER_LEDGER_SALT", "bench-salt"),
+        "RELEASE_MASKING_KEY": os.environ.get("RELEASE_MASKING_KEY", "bench-masking-key"),
         "GBIF_SOURCE": "lab",
     }
     if registry is not None:
@@ -162,7 +163,11 @@ def measure_hop(server_url: str, work: Path) -> dict[str, Any]:
         finally:
             server.stop()
         celery_actions = _actions(warehouse, celery_runs, SPECIES_ASSETS)
-        local_env = {"SURVEILLANCE_PROFILE": "local", "GEOCODER_LEDGER_SALT": env["GEOCODER_LEDGER_SALT"]}
+        local_env = {
+            "SURVEILLANCE_PROFILE": "local",
+            "GEOCODER_LEDGER_SALT": env["GEOCODER_LEDGER_SALT"],
+            "RELEASE_MASKING_KEY": env["RELEASE_MASKING_KEY"],
+        }
         server = DagsterDev(work / "hop-local-home", warehouse, local_storage, data, extra_env=local_env)
         server.start()
         try:

@@ -336,6 +336,7 @@ def measure_download(server_url: str, work: Path, cache: Path, reps: int) -> dic
     generated, _ = cached_dwca(cache, DOWNLOAD_RECORDS, DOWNLOAD_SEED)
     common = {
         "GEOCODER_LEDGER_SALT": os.environ.get("GEOCODER_LEDGER_SALT", "bench-salt"),
+        "RELEASE_MASKING_KEY": os.environ.get("RELEASE_MASKING_KEY", "bench-masking-key"),
         "GBIF_SOURCE": "download",
         # A species no download holds is searched through the offline lab data, never GBIF's API.
         "GBIF_FALLBACK_SOURCE": "lab",
@@ -363,6 +364,7 @@ def verdict(ratio: float, target: float) -> str:
 def measure_lab(server_url: str, work: Path, reps: int) -> dict[str, Any]:
     common = {
         "GEOCODER_LEDGER_SALT": os.environ.get("GEOCODER_LEDGER_SALT", "bench-salt"),
+        "RELEASE_MASKING_KEY": os.environ.get("RELEASE_MASKING_KEY", "bench-masking-key"),
         "GBIF_SOURCE": "lab",
     }
     result = measure_side_by_side(server_url, work, reps, "lab", common, {"local": (0, {}), "w2": (2, {})})
@@ -453,6 +455,7 @@ def measure_kills(server_url: str, work: Path, kinds: list[str]) -> dict[str, An
     signal_file = work / "kills.signal"
     common = {
         "GEOCODER_LEDGER_SALT": os.environ.get("GEOCODER_LEDGER_SALT", "bench-salt"),
+        "RELEASE_MASKING_KEY": os.environ.get("RELEASE_MASKING_KEY", "bench-masking-key"),
         "GBIF_SOURCE": "lab",
     }
     rounds: list[dict[str, Any]] = []
