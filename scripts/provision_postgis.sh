@@ -41,33 +41,25 @@ own_cluster=surveillance
 
 config_dir="${XDG_CONFIG_HOME:-$HOME/.config}/surveillance_pipeline"
 
-# The salt keys the geocoder ledger's HMACs: a new salt orphans every entry (every locality paid again).
-ledger_salt() {
-  if [ -n "${GEOCODER_LEDGER_SALT:-}" ]; then
-    printf '%s' "$GEOCODER_LEDGER_SALT"
+# A secret of the user's: the environment's value if it sets one, else generated once per user into
+# $config_dir/<file> (mode 600) and read from there ever after.
+user_secret() {  # variable name, file name
+  if [ -n "${!1:-}" ]; then
+    printf '%s' "${!1}"
     return
   fi
-  local salt_file="$config_dir/geocoder-ledger-salt"
-  if [ ! -s "$salt_file" ]; then
+  local file="$config_dir/$2"
+  if [ ! -s "$file" ]; then
     mkdir -p "$config_dir" && chmod 700 "$config_dir"
-    (umask 077 && "$python" -c "import secrets; print(secrets.token_hex(32))" > "$salt_file")
+    (umask 077 && "$python" -c "import secrets; print(secrets.token_hex(32))" > "$file")
   fi
-  cat "$salt_file"
+  cat "$file"
 }
 
+# The salt keys the geocoder ledger's HMACs: a new salt orphans every entry (every locality paid again).
+ledger_salt() { user_secret GEOCODER_LEDGER_SALT geocoder-ledger-salt; }
 # The masking key keys the masked release's draws: without it no reader can move a point back.
-masking_key() {
-  if [ -n "${RELEASE_MASKING_KEY:-}" ]; then
-    printf '%s' "$RELEASE_MASKING_KEY"
-    return
-  fi
-  local key_file="$config_dir/release-masking-key"
-  if [ ! -s "$key_file" ]; then
-    mkdir -p "$config_dir" && chmod 700 "$config_dir"
-    (umask 077 && "$python" -c "import secrets; print(secrets.token_hex(32))" > "$key_file")
-  fi
-  cat "$key_file"
-}
+masking_key() { user_secret RELEASE_MASKING_KEY release-masking-key; }
 
 write_env() {  # url, dagster_db, origin ("given", or the cluster "<major>/surveillance")
   mkdir -p "$local_dir"

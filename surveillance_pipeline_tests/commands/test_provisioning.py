@@ -196,5 +196,7 @@ def test_a_fresh_clone_uses_a_cluster_of_its_own_and_leaves_the_others_as_they_w
     assert done.returncode == 0, done.stderr
     kept = (clone / ".local" / "env.sh").read_text(encoding="utf-8")
     assert "SURVEILLANCE_WAREHOUSE_ORIGIN=" in kept and "/surveillance\n" in kept, done.stderr
+    # The user's two secrets, generated once (or taken from the environment), for the Makefile's targets.
+    assert "export GEOCODER_LEDGER_SALT=" in kept and "export RELEASE_MASKING_KEY=" in kept
     assert [c for c in _clusters() if c[1] != "surveillance"] == others, "another cluster was touched"
     assert {port: _template1_extensions(port) for port in extensions} == extensions
