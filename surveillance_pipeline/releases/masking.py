@@ -335,8 +335,6 @@ def _coordinate(value: float) -> float | None:
 class MaskedRelease:
     parts: JobKeyParts
     logical_run_id: str
-    # Held in memory only: with it the release could be undone, so no file, row or metadata keeps it.
-    seed: int
     rows: int
     manifest_sha256: str
     written: bool
@@ -516,7 +514,7 @@ def build_masked_release(
             if stamps is not None:
                 remember_export_stamps(folder, stamps)
             excluded = int(extra["policy"]["excluded"])
-            return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts, excluded)
+            return MaskedRelease(parts, logical, count, sha256_hex(manifest), True, counts, excluded)
         kinds = {
             "id": "int64",
             "species": "str",
@@ -557,7 +555,7 @@ def build_masked_release(
         if stamps is not None:
             remember_export_stamps(folder, stamps)
     excluded = int(extra["policy"]["excluded"])
-    return MaskedRelease(parts, logical, seed, count, sha256_hex(manifest), True, counts, excluded)
+    return MaskedRelease(parts, logical, count, sha256_hex(manifest), True, counts, excluded)
 
 
 def _kept_release(
@@ -581,7 +579,6 @@ def _kept_release(
     return MaskedRelease(
         parts,
         logical,
-        key.seed(logical, STAGE),
         manifest_rows(folder),
         sha256_file(folder / MANIFEST),
         False,
