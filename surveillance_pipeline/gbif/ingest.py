@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from surveillance_pipeline.gbif.download_index import (
     keys_missing_from,
     merged_species_lines,
 )
+from surveillance_pipeline.gbif.download_query import query_asks_for
 from surveillance_pipeline.gbif.downloads import DownloadInfo
 from surveillance_pipeline.gbif.raw_snapshots import (
     RawSnapshot,
@@ -137,19 +138,32 @@ class Superseded:
 
 @dataclass(frozen=True)
 class SpeciesSources:
-    """The downloads a species' records come from (oldest first), and the parts newer ones supersede."""
+    """The downloads a species' records come from (oldest first), those that asked for it and hold none
+    of its records, and the parts newer downloads of their query supersede."""
 
     current: list[tuple[DownloadInfo, SpeciesPart]]
     superseded: list[Superseded]
+    # Downloads (not superseded) whose query asked for the species (download_query.query_asks_for) and
+    # that hold none of its records: GBIF's answer that it has none.
+    empty_answers: list[DownloadInfo] = field(default_factory=list)
 
     def held(self) -> bool:
-        """Whether the downloads decide the species' raw snapshot (else the search does)."""
-        return bool(self.current or self.superseded)
+        """Whether the downloads decide the species' raw snapshot (else the search does): a download at
+        hand holds its records or asked for it. A superseded part alone does not: a folder holding the
+        newer download alone would search the species, so the refresh does too."""
+        return bool(self.current or self.empty_answers)
+
+    def read(self) -> list[tuple[DownloadInfo, SpeciesPart | None]]:
+        """Every download that answers for the species, oldest first; None: it holds none of its records."""
+        answers: list[tuple[DownloadInfo, SpeciesPart | None]] = [*self.current]
+        answers += [(info, None) for info in self.empty_answers]
+        return sorted(answers, key=lambda answer: answer[0].recency())
 
 
-def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, SpeciesPart]]) -> dict[str, Any]:
+def download_request(species: Species, sources: SpeciesSources) -> dict[str, Any]:
     """The raw snapshot's request for a species read from downloads: which downloads (and which of
-    their records: count and sha256 of the species' part), which taxon, which area.
+    their records: count and sha256 of the species' part; 0 and null for a download that asked for the
+    species and holds none), which taxon, which area.
 
     A download a newer one of its query superseded is not read, so it is not named: the request (and the
     raw snapshot, and every key after it) is the one a folder holding the newer download alone gives, and
@@ -157,8 +171,12 @@ def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, Spe
     return {
         "area": {"country": species.country, "stateProvince": species.state_province},
         "downloads": [
-            {**info.identity(), "records": part.records, "records_sha256": part.sha256}
-            for info, part in sources
+            {
+                **info.identity(),
+                "records": part.records if part is not None else 0,
+                "records_sha256": part.sha256 if part is not None else None,
+            }
+            for info, part in sources.read()
         ],
         "endpoint": DOWNLOAD_ENDPOINT,
         "taxon": species.taxon_filter(),
@@ -166,27 +184,32 @@ def download_request(species: Species, sources: Sequence[tuple[DownloadInfo, Spe
 
 
 def species_sources(indexes: Sequence[DownloadIndex], species: Species) -> SpeciesSources:
-    """The downloads holding records of the species, oldest first, and the parts superseded.
+    """The downloads holding records of the species, oldest first, those that asked for it and hold
+    none, and the parts superseded.
 
     Of several downloads of one query (the query GBIF wrote into the download's metadata, byte for byte),
     only the newest is read: GBIF removes records (withdrawn, merged into another, moved to another taxon),
     and a record the newer download lacks is gone from GBIF. Downloads of different queries, or whose
     query is not known (a simple CSV names none), add up: a record in two is taken from the newer.
+    A download whose query asked for the species by its backbone key and area holds all GBIF has of it:
+    none is an answer (the species ends empty), where a download that did not ask leaves it to the search.
     """
     ordered = sorted(indexes, key=lambda index: index.info.recency())
     newest_of_query = {index.info.query: index.info for index in ordered if index.info.query is not None}
     current: list[tuple[DownloadInfo, SpeciesPart]] = []
     superseded: list[Superseded] = []
+    empty_answers: list[DownloadInfo] = []
     for index in ordered:
+        newest = newest_of_query.get(index.info.query) if index.info.query is not None else None
         part = index.part(species.slug)
         if part is None or part.records == 0:
-            continue
-        newest = newest_of_query.get(index.info.query) if index.info.query is not None else None
-        if newest is not None and newest is not index.info:
+            if newest is index.info and query_asks_for(index.info.query, species):
+                empty_answers.append(index.info)
+        elif newest is not None and newest is not index.info:
             superseded.append(Superseded(index.info, part, newest))
         else:
             current.append((index.info, part))
-    return SpeciesSources(current, superseded)
+    return SpeciesSources(current, superseded, empty_answers)
 
 
 def records_gone(sources: SpeciesSources) -> int:
@@ -222,8 +245,8 @@ def ingest_species_from_downloads(
     indexes: Sequence[DownloadIndex], species: Species, raw_path: Path, stamps: Path | None = None
 ) -> IngestOutcome | None:
     """The species' records from the downloads at hand, as a header and a records file; None when no
-    download holds the species (it is then the search client's, never emptied). A species that only a
-    download superseded by a newer one of its query held is gone from GBIF's answer: an empty file.
+    download holds the species nor asked for it (it is then the search client's, as in a folder without
+    those downloads). A download that asked for the species and holds none of it answers: an empty file.
 
     The request names each source download's part of this species (count and sha256), and the records
     are a pure function of those parts: an equal request with its records file intact is a skip, decided
@@ -234,7 +257,7 @@ def ingest_species_from_downloads(
     if not found.held():
         return None
     sources = found.current
-    request = download_request(species, sources)
+    request = download_request(species, found)
     records_file = records_path(raw_path)
     previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
     if (
@@ -258,14 +281,13 @@ def ingest_species_from_downloads(
         part = sources[0][1]
         records_sha256, rows = copy_records(part.path, records_file, part.sha256), part.records
     else:
-        # Several, or none: the species vanished from the newest download of its query (an empty file).
+        # Several, or none: the downloads that asked for the species hold none of it (an empty file).
         with RecordsWriter(records_file) as writer:
             writer.write_lines(merged_species_lines(sources))
             rows = writer.rows
             records_sha256 = writer.commit()
     # When GBIF made the newest download read: the same downloads give the same bytes in a fresh folder.
-    # (A species only superseded downloads held was read as absent from the newer one: its time.)
-    read = [info for info, _ in sources] + [old.by for old in found.superseded]
+    read = [info for info, _ in found.read()]
     retrieved = max((info.created for info in read if info.created), default=UNKNOWN_TIME)
     snapshot = RawSnapshot(
         request,

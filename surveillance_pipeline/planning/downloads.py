@@ -72,11 +72,12 @@ class PlannedDownloads:
         self.indexes = tuple(indexes)
 
     def raw(self, species: Species, raw_path: Path) -> PlannedRaw | None:
-        """What gbif_raw will do for the species; None when no download holds it (the search's, then)."""
+        """What gbif_raw will do for the species; None when no download holds it or asked for it (the
+        search's, then)."""
         found = species_sources(self.indexes, species)
-        if not found.current and not found.superseded:
+        if not found.held():
             return None
-        request = download_request(species, found.current)
+        request = download_request(species, found)
         previous = stored_snapshot(raw_path)
         held_records = records_path(raw_path)
         if (

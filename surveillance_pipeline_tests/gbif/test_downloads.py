@@ -376,7 +376,7 @@ def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_re
 ):
     """A user keeps each month's download: the newer of one query is read alone, so a record GBIF no
     longer has leaves occurrences; a download of another query still adds up; taking the newer away
-    gives the older's records back; a species the newer download lacks ends empty."""
+    gives the older's records back; a species the newer download lacks and did not ask for is searched."""
     resources = _download_resources(database_url, data_dir)
     downloads = data_dir / "downloads"
     taxon = '{"type":"equals","key":"TAXON_KEY","value":"2433"}'
@@ -423,7 +423,8 @@ def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_re
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert _devil_ids(db) == [5001, 5002, 5009, 5010]
 
-    # A newer download of each query without the devil: its partition ends empty, not kept nor searched.
+    # A newer download of each query without the devil, whose query did not ask for it (the registry
+    # names the devil without a backbone key): the devil is searched, as a folder holding it alone would.
     shutil.move(downloads / "november.zip", data_dir / "november.zip")
     shutil.move(downloads / "by-area.zip", data_dir / "by-area.zip")
     _write_dwca_of(downloads / "january.zip", [DEVIL_ROWS[0]], "0003456-270101000000000", taxon)
@@ -431,7 +432,82 @@ def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_re
     assert _devil_ids(db) == [5001]
     _write_dwca_of(downloads / "february.zip", [DEVIL_ROWS[3]], "0003457-270201000000000", taxon)
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
+    assert read_raw_snapshot(data_dir / "raw" / f"{DEVIL}.json").request == DEVIL_SPECIES.request()
+    assert len(_devil_ids(db)) == DEVIL_SPECIES.lab_records
+
+
+THYLACINE_QUERY = (
+    '{"type":"and","predicates":[{"type":"equals","key":"COUNTRY","value":"AU"},'
+    '{"type":"in","key":"TAXON_KEY","values":["2433","2435474"]}]}'
+)
+
+
+def _keyed_dwca_of(path: Path, rows: list[str], key: str, query: str) -> Path:
+    """_write_dwca_of's archive with a taxonKey column (each row ends with one)."""
+    _write_dwca_of(path, [], key, query)
+    meta = META_XML.replace(
+        "  </core>", '    <field index="8" term="http://rs.gbif.org/terms/1.0/taxonKey"/>\n  </core>'
+    )
+    with zipfile.ZipFile(path) as archive:
+        metadata_xml = archive.read("metadata.xml")
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("meta.xml", meta)
+        archive.writestr("metadata.xml", metadata_xml)
+        text = "\ufeff" + HEADER.replace("\n", "\ttaxonKey\n") + "".join(rows)
+        archive.writestr("occurrence.txt", text.encode("utf-8"))
+    return path
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_species_the_newer_download_asked_for_and_lacks_ends_empty_as_in_a_folder_holding_it_alone(
+    db, database_url, data_dir, instance
+):
+    """A download whose query names a species' backbone key and takes its area holds all GBIF has of it:
+    when the newer download of the query holds none, the partition ends empty (planned, then run), and
+    its raw snapshot is the one a folder holding the newer download alone gives (not searched there
+    either)."""
+    resources = _download_resources(database_url, data_dir)
+    downloads = data_dir / "downloads"
+    thylacine = species_by_slug(THYLACINE)
+    rows = [
+        "146.6\tDerwent Valley\tCC0_1_0\t7001\tThylacinus cynocephalus\t-42.6\t1930\t\t2435474\n",
+        "145.8\tWaratah\tCC0_1_0\t7002\tThylacinus cynocephalus\t-41.4\t1933\t\t2435474\n",
+    ]
+    _keyed_dwca_of(downloads / "november.zip", rows, "0001234-261101000000000", THYLACINE_QUERY)
+    dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
+    assert _devil_ids(db) == [7001, 7002]
+
+    _keyed_dwca_of(downloads / "december.zip", [], "0002345-261201000000000", THYLACINE_QUERY)
+    planned = make_plan(
+        db,
+        resources["paths"],
+        resources["geocoder"],
+        [thylacine],
+        reads_downloads=True,
+        masking_key_id=TEST_SEED_KEY.id,
+    ).steps["occurrences"][THYLACINE]
+    run = dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
     assert _devil_ids(db) == []
+    assert metadata(run, "gbif_raw")["records_gone"] == 2
+    assert planned.changes is not None
+    assert metadata(run, "occurrences")["records_changed"] == planned.changes.describe()
+    assert planned.changes.describe() == "reloaded: delta too large (0 added, 0 changed, 2 removed of 0)"
+    snapshot = read_raw_snapshot(data_dir / "raw" / f"{THYLACINE}.json")
+    assert [(d["key"], d["records"], d["records_sha256"]) for d in snapshot.request["downloads"]] == [
+        ("0002345-261201000000000", 0, None)
+    ]
+    alone = data_dir.parent / "december-alone"
+    (alone / "downloads").mkdir(parents=True)
+    shutil.copyfile(downloads / "december.zip", alone / "downloads" / "december.zip")
+    with dg.instance_for_test() as other_instance:
+        dg.materialize(
+            [gbif_raw],
+            instance=other_instance,
+            partition_key=THYLACINE,
+            resources=_download_resources(database_url, alone),
+        )
+    assert _raw_files(alone) == _raw_files(data_dir)
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -502,17 +578,6 @@ def test_make_plan_reads_a_newer_download_and_counts_what_occurrences_will_chang
     assert metadata(run, "occurrences")["records_changed"] == occurrences.changes.describe()
     after = plan().steps
     assert [after[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [SKIPPED] * 3
-
-    # January's download of the query holds no devil: its partition will end empty, all 20 removed, too
-    # many for a delta.
-    echidna = "147.2\t\tCC0_1_0\t7001\tTachyglossus aculeatus\t-42.8\t2020\t\n"
-    _write_dwca_of(downloads / "january.zip", [echidna], "0003456-270101000000000", taxon)
-    vanished = plan().steps["occurrences"][DEVIL]
-    assert vanished.changes is not None and not vanished.changes.applied
-    emptied = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
-    assert metadata(emptied, "occurrences")["records_changed"] == vanished.changes.describe()
-    assert vanished.changes.describe() == "reloaded: delta too large (0 added, 0 changed, 20 removed of 0)"
-    assert _devil_ids(db) == []
 
 
 @pytest.mark.db
