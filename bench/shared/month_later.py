@@ -11,6 +11,8 @@ seed (never Python's ``hash()``, never an unseeded draw):
 - kept byte for byte otherwise; and after a kept record, with probability ``added``, a new record: the
   kept one's copy with a new gbifID (above every generated one) and its latitude moved by 0.002°.
 
+``vanished`` names species (slugs) of which every record is gone: GBIF has none of them any more.
+
 So the newer zip holds ``(1 - gone + added)`` of the base's records, in the base's order, and what changed is
 known exactly (``MonthLater`` counts it per species). Deterministic for (base, shares, seed).
 """
@@ -60,13 +62,14 @@ class MonthLater:
     gone: dict[str, int]
     added: dict[str, int]
     seconds: float
+    vanished: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "path": str(self.path), "seconds": round(self.seconds, 3)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MonthLater:
-        return cls(**{**data, "path": Path(data["path"])})
+        return cls(**{**data, "path": Path(data["path"]), "vanished": tuple(data.get("vanished", ()))})
 
 
 def _share(seed: int, gbif_id: bytes) -> float:
@@ -95,6 +98,7 @@ def write_month_later(
     gone: float = 0.0025,
     added: float = 0.0025,
     seed: int = 1,
+    vanished: tuple[str, ...] = (),
 ) -> MonthLater:
     """Write the month-later zip of ``base`` to ``path`` (replaced atomically)."""
     started = time.perf_counter()
@@ -112,7 +116,7 @@ def write_month_later(
             fields = line.rstrip(b"\n").split(b"\t")
             share = _share(seed, fields[GBIF_ID])
             slug = slugs.get(fields[SPECIES_NAME].decode(), fields[SPECIES_NAME].decode())
-            if share < gone:
+            if share < gone or slug in vanished:
                 counts["gone"][slug] += 1
                 continue
             if share < gone + edited:
@@ -125,7 +129,7 @@ def write_month_later(
             else:
                 lines.append(line)
             records += 1
-            if _share(seed + 1, fields[GBIF_ID]) < added:
+            if _share(seed + 1, fields[GBIF_ID]) < added and slug not in vanished:
                 counts["added"][slug] += 1
                 copy = list(fields)
                 copy[GBIF_ID] = b"%d" % new_ids
@@ -165,6 +169,7 @@ def write_month_later(
         gone=dict(sorted(counts["gone"].items())),
         added=dict(sorted(counts["added"].items())),
         seconds=time.perf_counter() - started,
+        vanished=vanished,
     )
 
 
@@ -177,9 +182,13 @@ def _newer_metadata(text: str, base: GeneratedDownload, key: str, doi: str) -> s
     return text.replace(base.key, key).replace(base.doi, doi).replace("30 November 2026", "30 December 2026")
 
 
-def cached_month_later(cache: Path, base: GeneratedDownload, seed: int = 1, **shares: float) -> MonthLater:
+def cached_month_later(
+    cache: Path, base: GeneratedDownload, seed: int = 1, vanished: tuple[str, ...] = (), **shares: float
+) -> MonthLater:
     """The month-later zip of ``base`` under ``cache``, written only when missing."""
     label = "-".join(f"{name}{value}" for name, value in sorted(shares.items())) or "default"
+    if vanished:
+        label += "-vanished-" + "+".join(vanished)
     folder = cache / f"r{base.records}-s{base.seed}-v{base.version}-later{seed}-{label}"
     sidecar = folder / "month_later.json"
     if sidecar.exists():
@@ -187,6 +196,6 @@ def cached_month_later(cache: Path, base: GeneratedDownload, seed: int = 1, **sh
         if later.path.exists():
             return later
     key, _ = month_later_identity(base.key, seed)
-    later = write_month_later(base, folder / f"{key}.zip", seed=seed, **shares)
+    later = write_month_later(base, folder / f"{key}.zip", seed=seed, vanished=vanished, **shares)
     sidecar.write_text(json.dumps(later.as_dict(), indent=1) + "\n", encoding="utf-8")
     return later
