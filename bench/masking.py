@@ -2,7 +2,8 @@
 
 The limit does the same work the fastest way this machine knows, in its own short program: the species'
 rows read in id order as CSV text (a page of lines per value, ``string_agg``: psycopg hands COPY's output
-over a row at a time) parsed once by Arrow, the same seeded draws, one vectorised ``Geod.fwd`` over numpy
+over a row at a time) parsed once by Arrow, the same keyed draws per record (the project's
+``core.seeds.record_draws_under``: a keyed BLAKE2b of each id), one vectorised ``Geod.fwd`` over numpy
 arrays, the CSV formatted by Arrow kernels from integer millionths, the GeoParquet written by pyarrow
 directly (WKB points packed by numpy, the GeoParquet and pandas metadata written out by hand) and the
 manifest. It holds everything in memory at once, which is fastest; the project reads pages. Its files
@@ -134,9 +135,10 @@ def run_limit(url: str, folder: Path, job: dict[str, Any]) -> dict[str, Any]:
     count = rows.num_rows
     lon = rows.column("longitude").to_numpy()
     lat = rows.column("latitude").to_numpy()
-    generator = np.random.Generator(np.random.PCG64(job["seed"]))
-    area_share = generator.random(count)
-    azimuth = generator.random(count) * 360.0
+    from surveillance_pipeline.core.seeds import record_draws_under
+
+    area_share, turn = record_draws_under(bytes.fromhex(job["scope_key"]), rows.column("id").to_numpy())
+    azimuth = turn * 360.0
     low, high = job["min_m"], job["max_m"]
     radius = np.sqrt(low**2 + area_share * (high**2 - low**2))
     new_lon, new_lat, _ = Geod(ellps="WGS84").fwd(lon, lat, azimuth, radius)
@@ -269,7 +271,7 @@ def run_limit(url: str, folder: Path, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job(conn: psycopg.Connection) -> dict[str, Any]:
-    """What the limit needs to write the same manifest: the key, the seed, the formats."""
+    """What the limit needs to write the same manifest: the key, its draws' scope key, the formats."""
     from bench.shared.bench_species import BENCH_SPECIES
     from surveillance_pipeline.core.seeds import logical_run_id
     from surveillance_pipeline.quality.policy import policy_record
@@ -290,10 +292,9 @@ def _job(conn: psycopg.Connection) -> dict[str, Any]:
     rules, key = masking_rules(), masking_key()
     parts = masked_release_parts(str(input_key[0]), rules, key.id)
     logical = logical_run_id(BENCH_SPECIES.slug, str(input_key[0]))
-    seed = key.seed(logical, STAGE)
     return {
         "slug": BENCH_SPECIES.slug,
-        "seed": seed,
+        "scope_key": key.scope_key(masking.draw_scope(rules)).hex(),
         "min_m": rules.min_m,
         "max_m": rules.max_m,
         "job_key": parts.key,

@@ -510,7 +510,7 @@ def record_provenance(
     outcome: RefreshOutcome,
     detail: Mapping[str, Any] | None = None,
 ) -> int:
-    """One provenance row (its id); ``detail`` holds what a replay needs (a seed, a manifest sha256).
+    """One provenance row (its id); ``detail`` holds what a replay needs (a logical run, a manifest sha256).
 
     A skip's row alone (autocommit, no transaction open) commits without waiting for the disk, as a skip's
     refresh transaction does: its loss in a server crash costs nothing.

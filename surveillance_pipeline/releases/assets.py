@@ -286,9 +286,10 @@ class MaskedReleaseConfig(dg.Config):
     pool=MASKED_RELEASE,
     description="data/masked_release/<slug>/: the species' occurrences, each point moved between min_m and "
     "max_m metres in a random direction (donut geomasking), as CSV, GeoParquet and manifest.json. The "
-    "randomness is a seed of the partition and the occurrences job key keyed by the release masking key "
-    "(RELEASE_MASKING_KEY, a secret; its id in metadata, manifest and provenance, never the seed), so the "
-    "key's holder can `replay` a release byte for byte and no reader can undo it. The release policy "
+    "move is drawn from each record's gbifID under the release masking key (RELEASE_MASKING_KEY, a "
+    "secret; its id in metadata, manifest and provenance), so the key's holder can `replay` a release byte "
+    "for byte, no reader can undo it, and a record keeps its masked point from release to release. The "
+    "release policy "
     "(config) leaves out the records occurrence_quality flags; the manifest names each test's version, "
     "parameters and count.",
 )

@@ -467,7 +467,7 @@ def manifest_bytes(
     order: str,
     extra: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The manifest; ``extra`` adds fields some releases carry (a masked release's seed)."""
+    """The manifest; ``extra`` adds fields some releases carry (a masked release's logical run and key id)."""
     document = {
         **(extra or {}),
         "export_format": EXPORT_FORMAT,

@@ -6,11 +6,14 @@ to the true one wherever on Earth it lies; a fixed projection would hold those d
 region. The radius is drawn uniformly over the donut's area (not over distance), so masked points do not
 crowd the inner ring.
 
-The randomness is a seed of the partition and the upstream occurrences job key, keyed by the release masking
-key (core.seeds.SeedKey, a secret from the environment), drawn in id order: the same input and key give the
-same release, byte for byte, and ``replay`` can prove it. The manifest names the key's id, never the seed:
-the released rows are in id order, so with the seed anyone could draw the same numbers and move every point
-back (a release whose manifest held its seed gave back all its 13,351 true points within 7 cm, 2026-12-07).
+Each record's radius and azimuth are drawn from its gbifID under the release masking key
+(core.seeds.SeedKey.record_draws, a secret from the environment) and the donut (RecordDraws): the same
+input and key give the same release, byte for byte, and ``replay`` can prove it. A record keeps its masked
+point in every release of the same donut, whatever else changed in its species: a reader who keeps each
+month's release gets one masked point per true point, never several to average toward it (when a draw
+followed the species' input, every new release moved every point afresh). The manifest names the key's
+id, never anything the draws could be made from without the key (a release whose manifest held its seed
+gave back all its 13,351 true points within 7 cm, 2026-12-07).
 
 The rows are read a page at a time (``PAGE_ROWS``, by id). A release of at most a Parquet row group (which
 the GeoParquet writer holds before it writes it) is read once and written from its masked pages; a larger
@@ -34,7 +37,7 @@ from psycopg import sql
 
 from surveillance_pipeline.core.errors import StaleInputError
 from surveillance_pipeline.core.fingerprints import verify_every_skip
-from surveillance_pipeline.core.keys import JobKeyParts, sha256_file, sha256_hex
+from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.lazy_modules import LazyModule
 from surveillance_pipeline.core.partition_files import recover_partition_folder
 from surveillance_pipeline.core.refresh import (
@@ -46,7 +49,7 @@ from surveillance_pipeline.core.refresh import (
     report_derived_output,
     upstream_job_key,
 )
-from surveillance_pipeline.core.seeds import SeedKey, logical_run_id, stage_generator
+from surveillance_pipeline.core.seeds import SeedKey, logical_run_id
 from surveillance_pipeline.core.sql_files import load_sql
 from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.occurrences.load import OCCURRENCES
@@ -87,9 +90,10 @@ else:
 
 PACKAGE = "surveillance_pipeline.releases"
 STAGE = "masked_release"
-# Bump when the same input, config and seed would give other masked points (the draw or its order).
+# Bump when the same input, config and key would give other masked points (the draw or how it is made).
 # 2: displaced along the WGS84 geodesic instead of in EPSG:3577 metres. 3: the seed keyed (SeedKey).
-MASKING_VERSION = 3
+# 4: each record's draw keyed by its gbifID (RecordDraws), no longer by its place in the species' id order.
+MASKING_VERSION = 4
 ORDER = "ORDER BY id"
 COLUMNS = ("id", "species", "year", "longitude", "latitude", "license")
 # Released coordinates keep 6 decimals (about 0.1 m), the precision the CSV writes, in both files.
@@ -138,15 +142,10 @@ class MaskingRules:
 
 
 def donut_mask(
-    longitudes: np.ndarray, latitudes: np.ndarray, rules: MaskingRules, seed: int
+    ids: np.ndarray, longitudes: np.ndarray, latitudes: np.ndarray, rules: MaskingRules, key: SeedKey
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Move every point by a draw from the donut; NaN (no coordinates) stays NaN.
-
-    One radius and one azimuth are drawn for every row, with or without coordinates, in the given order, so
-    a row's draw depends only on its position in id order.
-    """
-    rules.as_config()
-    radius, azimuth = _donut_draws(len(longitudes), rules, seed)
+    """Move every point by its record's draw from the donut; NaN (no coordinates) stays NaN."""
+    radius, azimuth = RecordDraws(key, rules).of(np.asarray(ids, dtype=np.int64))
     return _displace(np.asarray(longitudes, dtype=float), np.asarray(latitudes, dtype=float), radius, azimuth)
 
 
@@ -162,45 +161,32 @@ def _displace(
     )
 
 
-def _donut_draws(count: int, rules: MaskingRules, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's distance (metres) and azimuth (degrees), in that order from the stage's generator."""
-    generator = stage_generator(seed)
-    area_share = generator.random(count)
-    azimuth = generator.random(count) * 360.0
-    return _radius(area_share, rules), azimuth
+def draw_scope(rules: MaskingRules) -> str:
+    """What a record's draw is keyed by besides its id: the stage, the masking version and the donut.
+
+    Not the release policy, which picks records and moves none; not the species, so a record GBIF moved
+    to another species keeps its point. The donut, because two releases of one record with one draw and
+    two donuts would share its azimuth and put the true point on the line through both masked points."""
+    config = rules.as_config()
+    donut = {"min_m": config["min_m"], "max_m": config["max_m"], "version": MASKING_VERSION}
+    return f"{STAGE}|{canonical_json(donut)}"
 
 
 def _radius(area_share: np.ndarray, rules: MaskingRules) -> np.ndarray:
     return np.sqrt(rules.min_m**2 + area_share * (rules.max_m**2 - rules.min_m**2))
 
 
-class DonutDraws:
-    """``_donut_draws(count, ...)`` handed out a page at a time: the same numbers, in the same rows.
+@dataclass(frozen=True)
+class RecordDraws:
+    """Each record's distance (metres, uniform over the donut's area) and azimuth (degrees), from its id
+    under the key: a page draws what the whole species would, whichever rows are beside it."""
 
-    All ``count`` area shares come first from the generator, then all azimuths; a second generator on the
-    same seed, advanced past the ``count`` shares (PCG64 ``advance``: one 64-bit step per double), yields
-    the azimuths alongside, so no page waits for the whole species.
-    """
+    key: SeedKey
+    rules: MaskingRules
 
-    def __init__(self, count: int, rules: MaskingRules, seed: int) -> None:
-        self._rules = rules
-        self._left = count
-        self._shares = stage_generator(seed)
-        self._azimuths = stage_generator(seed)
-        bit_generator = self._azimuths.bit_generator
-        if not isinstance(bit_generator, np.random.PCG64):
-            raise TypeError("DonutDraws advances a PCG64 generator (core.seeds.stage_generator)")
-        bit_generator.advance(count)
-
-    @property
-    def left(self) -> int:
-        return self._left
-
-    def next(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        if rows > self._left:
-            raise ValueError(f"{rows} draws asked for, {self._left} left: the rows changed while being read")
-        self._left -= rows
-        return _radius(self._shares.random(rows), self._rules), self._azimuths.random(rows) * 360.0
+    def of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        area_share, turn = self.key.record_draws(draw_scope(self.rules), ids)
+        return _radius(area_share, self.rules), turn * 360.0
 
 
 def displacement_edges(rules: MaskingRules) -> list[float]:
@@ -211,13 +197,14 @@ def _column(rows: list[tuple[Any, ...]], index: int) -> np.ndarray:
     return np.array([np.nan if row[index] is None else row[index] for row in rows], dtype=float)
 
 
-def masked_rows(rows: list[tuple[Any, ...]], rules: MaskingRules, seed: int) -> list[tuple[Any, ...]]:
-    """``COLUMNS`` rows with masked coordinates; sorted by id first, so the draws follow id order.
+def masked_rows(rows: list[tuple[Any, ...]], rules: MaskingRules, key: SeedKey) -> list[tuple[Any, ...]]:
+    """``COLUMNS`` rows with masked coordinates, in id order (the release's).
 
     The row form of ``masked_columns`` (a build reads columns), for rows held in Python.
     """
     ordered = sorted(rows, key=lambda row: row[0])
-    longitudes, latitudes = donut_mask(_column(ordered, 3), _column(ordered, 4), rules, seed)
+    ids = np.array([row[0] for row in ordered], dtype=np.int64)
+    longitudes, latitudes = donut_mask(ids, _column(ordered, 3), _column(ordered, 4), rules, key)
     return [
         (row[0], row[1], row[2], _coordinate(lon), _coordinate(lat), row[5])
         for row, lon, lat in zip(ordered, longitudes, latitudes, strict=True)
@@ -295,9 +282,10 @@ def _read_page(
     )
 
 
-def masked_columns(table: pa.Table, slug: str, rules: MaskingRules, seed: int) -> tuple[pa.Table, list[int]]:
+def masked_columns(table: pa.Table, slug: str, draws: RecordDraws) -> tuple[pa.Table, list[int]]:
     """``COLUMNS`` of the release, masked, from all its rows in id order; and the displacement histogram."""
-    released, radius, has_point = _masked_page(table, slug, DonutDraws(table.num_rows, rules, seed))
+    rules = draws.rules
+    released, radius, has_point = _masked_page(table, slug, draws)
     return released, _histogram(radius[has_point], rules)
 
 
@@ -307,13 +295,13 @@ def _histogram(radius: np.ndarray, rules: MaskingRules) -> list[int]:
     return [int(count) for count in counts]
 
 
-def _masked_page(table: pa.Table, slug: str, draws: DonutDraws) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """A page of ``COLUMNS`` rows, masked with the page's draws; its radii and which rows have a point."""
+def _masked_page(table: pa.Table, slug: str, draws: RecordDraws) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """A page of ``COLUMNS`` rows, masked with its records' draws; its radii and which rows have a point."""
     import pyarrow as pa
 
     longitudes = table.column("longitude").to_numpy().astype(float)
     latitudes = table.column("latitude").to_numpy().astype(float)
-    radius, azimuth = draws.next(table.num_rows)
+    radius, azimuth = draws.of(table.column("id").to_numpy().astype(np.int64))
     masked_lon, masked_lat = _displace(longitudes, latitudes, radius, azimuth)
     columns = {
         "id": table.column("id"),
@@ -463,7 +451,7 @@ def build_masked_release(
             statistics.ensure()
         parts = masked_release_parts(input_key, rules, key.id)
         logical = logical_run_id(slug, input_key)
-        seed = key.seed(logical, STAGE)
+        draws = RecordDraws(key, rules)
         found = conn.execute(load_sql(PACKAGE, "select_species_id"), {"slug": slug}).fetchone()
         species_id = int(found[0]) if found is not None else None
         kept_rows = kept_records(rules)
@@ -505,7 +493,7 @@ def build_masked_release(
                 if read_pages
                 else _read_page(conn, species_id or 0, _COPIED, _BEFORE_EVERY_ID, max(count, 1), kept_rows)
             )
-            released, counts = masked_columns(table, slug, rules, seed)
+            released, counts = masked_columns(table, slug, draws)
             files = [
                 csv_export_columns(f"{slug}.csv", released),
                 geoparquet_export_columns(f"{slug}.parquet", released),
@@ -524,18 +512,15 @@ def build_masked_release(
             "license": geoparquet_kind(pa.large_string(), count - licenses, count),
         }
         bbox, counts, held_pages = _masked_pass(
-            conn, species_id, slug, count, rules, seed, kept_rows, read_pages if read_once else None
+            conn, species_id, slug, count, draws, kept_rows, read_pages if read_once else None
         )
 
         def released_pages() -> Iterator[pa.Table]:
             if read_once:
                 yield from held_pages
                 return
-            page_draws = DonutDraws(count, rules, seed)
             for page in _pages(conn, species_id, _COPIED, kept_rows):
-                yield _masked_page(page, slug, page_draws)[0]
-            if page_draws.left:
-                raise ValueError(f"masked_release of {slug!r}: the rows changed while being read")
+                yield _masked_page(page, slug, draws)[0]
 
         def write_files(staging: Path) -> list[WrittenFile]:
             csv = CsvStream(staging / f"{slug}.csv", COLUMNS)
@@ -600,8 +585,7 @@ def _masked_pass(
     species_id: int,
     slug: str,
     count: int,
-    rules: MaskingRules,
-    seed: int,
+    draws: RecordDraws,
     kept: sql.Composable,
     read_pages: list[pa.Table] | None,
 ) -> tuple[list[float], list[int], list[pa.Table]]:
@@ -611,17 +595,18 @@ def _masked_pass(
     bbox: list[float] | None = None
     histograms: list[np.ndarray] = []
     kept_pages: list[pa.Table] = []
-    draws = DonutDraws(count, rules, seed)
+    rows = 0
     pages = read_pages if read_pages is not None else _pages(conn, species_id, _POINTS, kept)
     for page in pages:
         released, radius, has_point = _masked_page(page, slug, draws)
-        histograms.append(np.asarray(_histogram(radius[has_point], rules)))
+        rows += page.num_rows
+        histograms.append(np.asarray(_histogram(radius[has_point], draws.rules)))
         if has_point.any():
             box = point_bbox(_floats(released, "longitude"), _floats(released, "latitude"))
             bbox = box if bbox is None else [*map(min, bbox[:2], box[:2]), *map(max, bbox[2:], box[2:])]
         if read_pages is not None:
             kept_pages.append(released)
-    if bbox is None or draws.left:
+    if bbox is None or rows != count:
         raise ValueError(f"masked_release of {slug!r}: the rows changed while being read")
     return bbox, [int(n) for n in np.sum(histograms, axis=0)], kept_pages
 
@@ -664,7 +649,7 @@ def release_masked_partition(
     statistics: StatisticsBeforeUse | None = None,
 ) -> tuple[RefreshOutcome, MaskedRelease]:
     """Build (or skip) one species' masked release and record it in provenance (its logical run and key id,
-    from which the key's holder replays it; never the seed)."""
+    from which the key's holder replays it; nothing the draws could be made from without the key)."""
     release = build_masked_release(
         conn, slug, rules, folder, key=key, stamps=stamps, held=held, statistics=statistics
     )

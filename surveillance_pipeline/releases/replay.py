@@ -4,10 +4,10 @@
 
 The row names the partition, the job key parts (upstream key, config with the masking key's id) and the
 logical run; the release is rebuilt from them and the release masking key (RELEASE_MASKING_KEY: only its
-holder can replay, as only its holder can draw the seed) into a scratch folder, and its manifest's sha256
-(which names every file's sha256) must equal the recorded one. Exit status 0 when equal, 1 when not, 2 when
-the row cannot be replayed. The upstream occurrences partition must still hold the recorded input: the
-release is a function of those rows.
+holder can replay, as only its holder can draw each record's move) into a scratch folder, and its
+manifest's sha256 (which names every file's sha256) must equal the recorded one. Exit status 0 when
+equal, 1 when not, 2 when the row cannot be replayed. The upstream occurrences partition must still hold
+the recorded input: the release is a function of those rows.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""masked_release: donut geomasking from a keyed seed, skipped on an equal key, replayed byte for byte by the
-key's holder and by no one else."""
+"""masked_release: donut geomasking keyed per record, skipped on an equal key, replayed byte for byte by the
+key's holder and by no one else; a record keeps its masked point from release to release."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pyproj import Geod
 
 from surveillance_pipeline.core.keys import canonical_json, sha256_file, sha256_hex
 from surveillance_pipeline.core.partition_files import file_stamp
-from surveillance_pipeline.core.seeds import SeedKey, logical_run_id, stage_generator
+from surveillance_pipeline.core.seeds import SeedKey, logical_run_id
 from surveillance_pipeline.core.statistics import StatisticsBeforeUse
 from surveillance_pipeline.definitions import assemble
 from surveillance_pipeline.gbif.registry import species_by_slug
@@ -30,10 +30,11 @@ from surveillance_pipeline.releases.exports import MANIFEST
 from surveillance_pipeline.releases.masking import (
     DISPLACEMENT,
     STAGE,
-    DonutDraws,
     MaskingRules,
+    RecordDraws,
     build_masked_release,
     donut_mask,
+    draw_scope,
     held_release_inputs,
     masked_rows,
 )
@@ -52,32 +53,38 @@ from surveillance_pipeline_tests.support.pipeline import (
 RELEASE = [*SPINE, occurrence_quality, masked_release]
 
 
-@pytest.mark.parametrize(
-    ("partition", "input_key", "stage"),
-    [("sarcophilus-harrisii", "a" * 64, "masked_release"), ("x", "", "other-stage"), ("é", "k", "s")],
-)
-def test_the_seed_is_the_first_8_bytes_of_the_keys_hmac_of_logical_run_and_stage(partition, input_key, stage):
-    logical = logical_run_id(partition, input_key)
-    assert logical == f"{partition}/{input_key}"
-    digest = hmac.new(TEST_MASKING_KEY.encode(), f"{logical}|{stage}".encode(), hashlib.sha256).digest()
-    assert TEST_SEED_KEY.seed(logical, stage) == int.from_bytes(digest[:8], "big")
+@pytest.mark.parametrize("ids", [[5001], [-(2**63), 0, 2**63 - 1], [1080046753, 7, 7]])
+def test_a_records_draws_are_blake2b_of_its_id_under_the_scopes_hmac_of_the_key(ids):
+    scope = draw_scope(MaskingRules())
+    scope_key = hmac.new(TEST_MASKING_KEY.encode(), f"{scope}|records".encode(), hashlib.sha256).digest()
+    first, second = TEST_SEED_KEY.record_draws(scope, np.array(ids, dtype=np.int64))
+    for record, a, b in zip(ids, first, second, strict=True):
+        digest = hashlib.blake2b(
+            record.to_bytes(8, "big", signed=True), key=scope_key, digest_size=16
+        ).digest()
+        words = [int.from_bytes(digest[half : half + 8], "little") for half in (0, 8)]
+        assert [a, b] == [(word >> 11) / 2**53 for word in words]
 
 
-def test_seeds_differ_by_key_stage_and_input_the_id_names_the_key_and_generators_are_pcg64():
-    logical = logical_run_id(DEVIL, "key-1")
-    seed = TEST_SEED_KEY.seed(logical, "masked_release")
-    assert seed != TEST_SEED_KEY.seed(logical, "other")
-    assert seed != TEST_SEED_KEY.seed(logical_run_id(DEVIL, "key-2"), "masked_release")
-    other_key = SeedKey("another key")
-    assert seed != other_key.seed(logical, "masked_release") and other_key.id != TEST_SEED_KEY.id
+def test_draws_differ_by_key_and_scope_not_by_neighbours_and_the_id_names_the_key():
+    ids = np.arange(1, 1_001, dtype=np.int64) * 7919
+    scope = draw_scope(MaskingRules())
+    draws = TEST_SEED_KEY.record_draws(scope, ids)
+    # A record draws the same alone, shuffled among others, or beside new ones.
+    alone = TEST_SEED_KEY.record_draws(scope, ids[500:501])
+    assert (alone[0][0], alone[1][0]) == (draws[0][500], draws[1][500])
+    order = np.random.Generator(np.random.PCG64(5)).permutation(len(ids))
+    assert np.array_equal(TEST_SEED_KEY.record_draws(scope, ids[order])[0], draws[0][order])
+    assert draw_scope(MaskingRules(min_m=50.0)) != scope
+    assert draw_scope(MaskingRules(policy="keep_all")) == scope, "the policy picks records, it moves none"
+    for other in (SeedKey("another key").record_draws(scope, ids), TEST_SEED_KEY.record_draws("other", ids)):
+        assert (other[0] != draws[0]).all()
+    assert 0.45 < draws[0].mean() < 0.55 and 0.0 <= draws[1].min() and draws[1].max() < 1.0
     digest = hmac.new(TEST_MASKING_KEY.encode(), b"surveillance_pipeline key id", hashlib.sha256).hexdigest()
     assert TEST_SEED_KEY.id == digest[:16]
     assert TEST_MASKING_KEY not in repr(TEST_SEED_KEY)
     with pytest.raises(ValueError, match="RELEASE_MASKING_KEY is empty"):
         SeedKey("", "RELEASE_MASKING_KEY")
-    generator = stage_generator(12345)
-    assert isinstance(generator.bit_generator, np.random.PCG64)
-    assert generator.random(3).tolist() == np.random.Generator(np.random.PCG64(12345)).random(3).tolist()
 
 
 # EPSG:3577 held the donut only near Australia: in Texas points moved 95 m to 1,749 m. Geodesic distance is
@@ -101,7 +108,8 @@ def test_every_point_moves_between_min_and_max_geodesic_metres_anywhere(region, 
     scatter = np.random.Generator(np.random.PCG64(1))
     lon = centre_lon + scatter.uniform(-0.0004, 0.0004, 500)
     lat = centre_lat + scatter.uniform(-0.5, 0.5, 500)
-    masked_lon, masked_lat = donut_mask(lon, lat, MaskingRules(min_m=min_m, max_m=max_m), seed=7)
+    ids = np.arange(len(lon), dtype=np.int64)
+    masked_lon, masked_lat = donut_mask(ids, lon, lat, MaskingRules(min_m=min_m, max_m=max_m), TEST_SEED_KEY)
     _, _, distances = WGS84.inv(lon, lat, masked_lon, masked_lat)
     distances = np.asarray(distances)
     assert distances.min() >= min_m - ROUNDING_M, (region, distances.min())
@@ -109,18 +117,19 @@ def test_every_point_moves_between_min_and_max_geodesic_metres_anywhere(region, 
     assert np.isfinite(masked_lon).all() and (np.abs(masked_lon) <= 180).all()
 
 
-def test_the_same_seed_gives_the_same_points_and_missing_coordinates_stay_missing():
+def test_the_same_key_gives_the_same_points_and_missing_coordinates_stay_missing():
+    ids = np.array([11, 12, 13, 14, 15, 16], dtype=np.int64)
     lon = np.array([147.3, -97.1, np.nan, -60.0, 25.0, 146.8])
     lat = np.array([-42.9, 31.2, np.nan, 0.1, 70.0, np.nan])
     rules = MaskingRules()
-    masked_lon, masked_lat = donut_mask(lon, lat, rules, seed=7)
+    masked_lon, masked_lat = donut_mask(ids, lon, lat, rules, TEST_SEED_KEY)
     assert np.isnan(masked_lon[[2, 5]]).all() and np.isnan(masked_lat[[2, 5]]).all()
     assert np.isfinite(masked_lon[[0, 1, 3, 4]]).all()
-    again = donut_mask(lon.copy(), lat.copy(), rules, seed=7)
+    again = donut_mask(ids, lon.copy(), lat.copy(), rules, TEST_SEED_KEY)
     assert np.array_equal(again[0], masked_lon, equal_nan=True)
     assert np.array_equal(again[1], masked_lat, equal_nan=True)
     assert np.array_equal(lon, [147.3, -97.1, np.nan, -60.0, 25.0, 146.8], equal_nan=True), "input untouched"
-    other = donut_mask(lon, lat, rules, seed=8)
+    other = donut_mask(ids, lon, lat, rules, SeedKey("another key"))
     assert not np.array_equal(other[0], masked_lon, equal_nan=True)
 
 
@@ -134,7 +143,7 @@ def test_masked_rows_do_not_depend_on_the_order_rows_arrive_in():
     shuffled = rows[:]
     random.Random(3).shuffle(shuffled)
     rules = MaskingRules()
-    assert masked_rows(shuffled, rules, 99) == masked_rows(rows, rules, 99)
+    assert masked_rows(shuffled, rules, TEST_SEED_KEY) == masked_rows(rows, rules, TEST_SEED_KEY)
 
 
 @pytest.mark.parametrize(("min_m", "max_m"), [(1000, 100), (-1, 10), (5, 5)])
@@ -172,22 +181,23 @@ def _release_input(db) -> str:
     )
 
 
-def _assert_the_key_is_named_and_the_seed_kept_nowhere(folder, manifest, detail, shown, release_input):
-    """The key's id in the manifest, provenance and metadata; never the seed (with it, anyone could move the
-    points back) nor the key."""
+def _assert_the_key_is_named_and_its_draws_kept_nowhere(folder, manifest, detail, shown, release_input):
+    """The key's id in the manifest, provenance and metadata; never the key of the draws (with it, anyone
+    could move the points back) nor the masking key."""
     key_id = TEST_SEED_KEY.id
     assert (
         detail["masking_key_id"] == shown["masking_key_id"] == manifest["masking"]["masking_key_id"] == key_id
     )
     logical = logical_run_id(DEVIL, release_input)
     assert detail["logical_run_id"] == manifest["masking"]["logical_run_id"] == logical
-    seed = str(TEST_SEED_KEY.seed(logical, STAGE)).encode()
+    draws = TEST_SEED_KEY.scope_key(draw_scope(MaskingRules()))
+    secrets = [draws, draws.hex().encode(), TEST_MASKING_KEY.encode()]
     published = [path.read_bytes() for path in sorted(folder.iterdir())]
     recorded = [json.dumps(detail).encode(), json.dumps({k: str(v) for k, v in shown.items()}).encode()]
-    assert not [text for text in published + recorded if seed in text or TEST_MASKING_KEY.encode() in text]
+    assert not [text for text in published + recorded if any(secret in text for secret in secrets)]
 
 
-def test_masked_release_skips_an_equal_key_names_its_key_not_its_seed_and_replays_byte_for_byte(
+def test_masked_release_skips_an_equal_key_names_its_key_not_its_draws_and_replays_byte_for_byte(
     db, database_url, postgres_instance, data_dir, tmp_path, monkeypatch
 ):
     first = metadata(materialize(postgres_instance, database_url, data_dir, assets=RELEASE), STAGE)
@@ -200,7 +210,7 @@ def test_masked_release_skips_an_equal_key_names_its_key_not_its_seed_and_replay
     provenance_id, detail = _release_provenance(db, "loaded")
     release_input = _release_input(db)
     assert manifest["job_key_parts"]["input"] == release_input
-    _assert_the_key_is_named_and_the_seed_kept_nowhere(folder, manifest, detail, first, release_input)
+    _assert_the_key_is_named_and_its_draws_kept_nowhere(folder, manifest, detail, first, release_input)
     key_id = TEST_SEED_KEY.id
     assert detail["manifest_sha256"] == first["manifest_sha256"] == sha256_file(folder / MANIFEST)
     # No crs: the donut is geodesic (MASKING_VERSION 2), so no projection shapes the rows; the key's id does.
@@ -264,18 +274,11 @@ def _moved_back(
     return back_lon, back_lat
 
 
-def test_a_release_is_undone_by_its_keyed_seed_and_not_by_what_it_publishes(
-    db, database_url, postgres_instance, data_dir
-):
-    """The released rows are in id order and the draws follow it: whoever has the seed moves every point
-    back to its true place. So the seed is keyed: from what a release publishes (its rows, and its
-    manifest's logical run, from which masking version 2 derived the seed with sha256, and printed it) none
-    comes back."""
-    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
-    folder = data_dir / "masked_release" / DEVIL
-    logical = json.loads((folder / MANIFEST).read_bytes())["masking"]["logical_run_id"]
+def _released_points(db, folder) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """The devil's release: the ids, longitudes and latitudes of its rows with a point; and the true points
+    occurrences holds, by id."""
     with (folder / f"{DEVIL}.csv").open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+        rows = [row for row in csv.DictReader(handle) if row["longitude"]]
     true = {
         row[0]: row[1:]
         for row in db.execute(
@@ -283,22 +286,61 @@ def test_a_release_is_undone_by_its_keyed_seed_and_not_by_what_it_publishes(
             [species_by_slug(DEVIL).species_id],
         ).fetchall()
     }
-    placed = [i for i, row in enumerate(rows) if row["longitude"]]
-    lon, lat = (np.array([float(rows[i][name]) for i in placed]) for name in ("longitude", "latitude"))
-    true_lon, true_lat = (np.array([true[int(rows[i]["id"])][k] for i in placed]) for k in (0, 1))
+    ids = np.array([int(row["id"]) for row in rows], dtype=np.int64)
+    lon, lat = (np.array([float(row[name]) for row in rows]) for name in ("longitude", "latitude"))
+    return ids, lon, lat, true
 
-    def missed_by(seed: int) -> np.ndarray:
-        radius, azimuth = DonutDraws(len(rows), MaskingRules(), seed).next(len(rows))
-        back_lon, back_lat = _moved_back(lon, lat, radius[placed], azimuth[placed])
+
+def test_a_release_is_undone_by_its_key_and_not_by_what_it_publishes(
+    db, database_url, postgres_instance, data_dir
+):
+    """Each record's move is drawn from its id: whoever has the key moves every point back to its true
+    place. From what a release publishes (its rows, its manifest's logical run and key id, which a key
+    made of them would have to be) none comes back."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    masking = json.loads((folder / MANIFEST).read_bytes())["masking"]
+    ids, lon, lat, true = _released_points(db, folder)
+    true_lon, true_lat = (np.array([true[int(i)][k] for i in ids]) for k in (0, 1))
+
+    def missed_by(key: SeedKey) -> np.ndarray:
+        radius, azimuth = RecordDraws(key, MaskingRules()).of(ids)
+        back_lon, back_lat = _moved_back(lon, lat, radius, azimuth)
         return np.asarray(WGS84.inv(back_lon, back_lat, true_lon, true_lat)[2])
 
-    assert len(placed) > 100
-    assert missed_by(TEST_SEED_KEY.seed(logical, STAGE)).max() < ROUNDING_M, (
-        "the key's holder moves them back"
-    )
-    published = int.from_bytes(hashlib.sha256(f"{logical}|{STAGE}".encode()).digest()[:8], "big")
-    missed = missed_by(published)
-    assert missed.min() > 1.0 and np.median(missed) > MaskingRules().min_m
+    assert len(ids) > 100
+    assert missed_by(TEST_SEED_KEY).max() < ROUNDING_M, "the key's holder moves them back"
+    for guess in (masking["logical_run_id"], masking["masking_key_id"], STAGE):
+        missed = missed_by(SeedKey(guess))
+        assert missed.min() > 1.0 and np.median(missed) > MaskingRules().min_m
+
+
+def test_a_record_keeps_its_masked_point_when_the_release_around_it_changes(
+    db, database_url, postgres_instance, data_dir
+):
+    """Another release of the species (here: another policy, which lets more records out) moves no record
+    it shares with the first: a reader keeping both has one masked point per true point, none to average.
+    Another donut draws afresh (a record's draw is keyed by the donut too)."""
+    materialize(postgres_instance, database_url, data_dir, assets=RELEASE)
+    folder = data_dir / "masked_release" / DEVIL
+    ids, lon, lat, _ = _released_points(db, folder)
+
+    def release(config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        dg.materialize(
+            RELEASE,
+            instance=postgres_instance,
+            partition_key=DEVIL,
+            resources=resources(database_url, data_dir),
+            run_config={"ops": {STAGE: {"config": config}}},
+        )
+        return _released_points(db, folder)[:3]
+
+    every_id, every_lon, every_lat = release({"policy": "keep_all"})
+    assert len(every_id) > len(ids) and np.isin(ids, every_id).all()
+    shared = np.isin(every_id, ids)
+    assert np.array_equal(every_lon[shared], lon) and np.array_equal(every_lat[shared], lat)
+    wider_id, wider_lon, _ = release({"policy": "keep_all", "min_m": 2000.0, "max_m": 5000.0})
+    assert np.array_equal(wider_id, every_id) and (wider_lon != every_lon).all()
 
 
 def test_a_config_change_reloads_the_release_with_other_points(db, database_url, postgres_instance, data_dir):
@@ -316,7 +358,7 @@ def test_a_config_change_reloads_the_release_with_other_points(db, database_url,
     assert (changed["action"], changed["reason"]) == ("loaded", "config changed")
     after = (folder / f"{DEVIL}.csv").read_text()
     assert after != before
-    # Same seed (same input), other donut: the ids and row count stay.
+    # Other donut, other draws: the ids and row count stay.
     assert [line.split(",")[0] for line in after.splitlines()] == [
         line.split(",")[0] for line in before.splitlines()
     ]

@@ -3,9 +3,9 @@
 The sha256s below were first taken from the row-by-row build (rows as tuples, sorted in Python,
 ``csv_export`` and ``geoparquet_export`` via geopandas Points) before it became columnar, and taken again
 from this build when MASKING_VERSION moved to 3 (the seed keyed by the tests' masking key: other draws, the
-key's id in the manifest); the columnar writers still write the row writers' bytes (a test below). They move
-only when a version constant (MASKING_VERSION, EXPORT_FORMAT, occurrences') or a pinned library version in
-the lock moves.
+key's id in the manifest) and to 4 (each record's draw keyed by its id); the columnar writers still write the
+row writers' bytes (a test below). They move only when a version constant (MASKING_VERSION, EXPORT_FORMAT,
+occurrences') or a pinned library version in the lock moves.
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from surveillance_pipeline.releases.exports import (
 )
 from surveillance_pipeline.releases.masking import (
     COLUMNS,
-    DonutDraws,
     MaskingRules,
-    _donut_draws,
+    RecordDraws,
     build_masked_release,
 )
 from surveillance_pipeline_tests.support.pipeline import TEST_SEED_KEY
@@ -63,29 +62,29 @@ CASES = {
 }
 PINNED = {
     "edge": (
-        "7b36fbf4127ae9ce257b06cfea6989fa1001eaf32a86fd6f5134b3c784530aec",
-        "76426bf44d17f3775095612cf76453ad246007112f9e8f04f90c47a13249e50e",
-        "c50b99171152fe3f5981b6699ac3ca5fe0435406ee595db7c49956969a0a2599",
+        "517c2f23b5fdfacd310e3a053652346cb5c032df4e76ffcb436b9c198a5f5765",
+        "5345dda1fa2894401bb31a1fcd73d56ad888c26fe2b744aa30991c70c74706ee",
+        "c7272b6f9f6499737e736c85a21101f7f108fcad01e86cbef5ad0d50df1c3d87",
     ),
     "all-null": (
-        "4acc1c8edc47c689aeb4a72ba77a901909b225fe526fbed26bcbdf3aeb470f05",
-        "6fc9207e6ec99eee087b63454f6045c325f3985ba68f64e21c4e4a5f7d644cff",
-        "65a764c737da1c20ed1bb236de49b0ddab12cbc7e0c8499b9e76d22776759dd6",
+        "dcd605551455c7f88f4b38a277c57a8346e5b0c51f678c3d6a353214412ee11d",
+        "7db02b418da3575e03b0e806e1b9bbe501f1253ef11a04895c1b6e275ed1dade",
+        "af634de9bf8d195c300f252002792cf4193c8c36bcf857f50e4d72eaa5cbca22",
     ),
     "no-coord": (
         "4514dfb9969a6ccb372f78c84b8d3c35e8106002fe635e3d066df11a6fcc32ce",
         "00b0be33465904e2183d810942db09e878741c2f54936806848fbacb4e0a83db",
-        "41ca368eef3f64d53f0e09c00cd928264fbd41df017c7f2ca505e327a31413b3",
+        "850766fbfae451a71205bf737daf6f874cba1c607ce4eb3e5349669ba895dec6",
     ),
     "single": (
-        "15a8797753f2199972b152befa319e793d845e4993a2e81827d42b4a57821c2e",
-        "1b0ae5e87f6e5d95ecb12f0b160e8a063fac8938788ef78e6e8c6a073f14aa87",
-        "2dc8230ef73dca241f4698e2961c6a2ee9554b1cd2ce36ae1ac5ffc9eeabeabb",
+        "a177d6fc60b67d8cbe66941d0dc8eafcb9328634f510ff86a2d75cef2166189f",
+        "c5985380e0fd6323a0f4b9f2c316a1ccb8409eed6bc7ce65bcbdc72249fa5ef5",
+        "2e877dd1ee69e21cbcac8992f8979ff453836e168a9532ff909567784ad0ff52",
     ),
     "empty": (
         "3c55ee02c38b7eb96a672554e6d8d0c8e2eaebcdebb528cdbf6819efeb7e6f88",
         "6347e7752857fefd9c41c26abc1f0330f09bb0ad19cf4ca994671c95fb32a63d",
-        "33c06135061ef995c828db3b392c40429902992774c4935bfeb99d1f094e3af1",
+        "4cd4b8a60038b3245f7170ccdb165057c5200445f1948877da64049afa5a9661",
     ),
 }
 
@@ -186,16 +185,13 @@ def test_a_release_read_a_few_rows_at_a_time_is_the_same_bytes(
 
 @pytest.mark.parametrize("count", [0, 1, 5, 1_000])
 def test_draws_handed_out_by_page_are_the_draws_of_the_whole(count):
-    rules = MaskingRules(min_m=10.0, max_m=250.0)
-    radius, azimuth = _donut_draws(count, rules, 42)
-    draws = DonutDraws(count, rules, 42)
-    pages = [draws.next(n) for n in (1, 2, max(count - 3, 0)) if n <= count]
-    left = count - sum(len(r) for r, _ in pages)
-    pages.append(draws.next(left))
-    assert np.array_equal(np.concatenate([r for r, _ in pages]), radius)
-    assert np.array_equal(np.concatenate([a for _, a in pages]), azimuth)
-    with pytest.raises(ValueError, match="rows changed"):
-        draws.next(1)
+    draws = RecordDraws(TEST_SEED_KEY, MaskingRules(min_m=10.0, max_m=250.0))
+    ids = np.arange(count, dtype=np.int64) * 31 + 5
+    radius, azimuth = draws.of(ids)
+    pages = [draws.of(ids[start : start + 3]) for start in range(0, count, 3)]
+    assert np.array_equal(np.concatenate([r for r, _ in pages] or [np.empty(0)]), radius)
+    assert np.array_equal(np.concatenate([a for _, a in pages] or [np.empty(0)]), azimuth)
+    assert ((radius >= 10.0) & (radius <= 250.0)).all() and ((azimuth >= 0) & (azimuth < 360)).all()
 
 
 def test_a_geoparquet_written_by_row_groups_is_what_geopandas_writes(monkeypatch):

@@ -2,9 +2,9 @@
 and the UI binds to 127.0.0.1.
 
 The secrets test plants its own secrets, long random values made for the run: the GBIF credentials, the
-ledger salt, the release masking key (and looks for the masked release's seed it keys too), and the
-warehouse's password (the warehouse is a throwaway cluster of its own, whose role the test creates with
-that password). It runs the pipeline through a Postgres-backed Dagster instance,
+ledger salt, the release masking key (and looks for the key of the masked release's draws, made from it),
+and the warehouse's password (the warehouse is a throwaway cluster of its own, whose role the test
+creates with that password). It runs the pipeline through a Postgres-backed Dagster instance,
 including a registration with GBIF (so the GBIF credentials are really used) and runs that fail, then
 scans every event record, every run record, every row of every table in the warehouse and in Dagster's
 storage, the compute logs, the data folder and the exception messages for each secret and for the
@@ -14,7 +14,6 @@ Basic-auth token made from the GBIF credentials.
 from __future__ import annotations
 
 import base64
-import json
 import re
 import secrets
 import shutil
@@ -36,6 +35,7 @@ from surveillance_pipeline.lab.resources import LabGbifSource
 from surveillance_pipeline.orchestration.resources import DataPaths, GbifAccount, ReleaseMasking, Warehouse
 from surveillance_pipeline.quality.assets import occurrence_quality
 from surveillance_pipeline.releases.assets import masked_release, register_derived_dataset, sample_export
+from surveillance_pipeline.releases.masking import MaskingRules, draw_scope
 from surveillance_pipeline.samples.assets import occurrence_sample_summary
 from surveillance_pipeline.snapshots.assets import devil_snapshot
 from surveillance_pipeline_tests.support.fake_gbif import FakeGbif
@@ -273,11 +273,10 @@ def test_secrets_never_reach_events_metadata_tables_files_or_errors(
     texts = _everything_written(instance, runs, events, errors, database_url, dagster_storage_url, data_dir)
     _assert_the_scan_has_teeth(database_url, events)
     assert len(runs) >= 8 and len(events) > 100
-    # The masked release's seed, derived from the key: with it, the release could be undone.
-    logical = json.loads((data_dir / "masked_release" / DEVIL / "manifest.json").read_bytes())["masking"]
-    planted["masked release seed"] = str(
-        SeedKey(MASKING_KEY).seed(logical["logical_run_id"], "masked_release")
-    )
+    # The key of the masked release's draws, derived from the masking key: with it, the release could be
+    # undone.
+    draws = SeedKey(MASKING_KEY).scope_key(draw_scope(MaskingRules()))
+    planted["masked release draws' key"] = draws.hex()
     assert _found(texts, planted) == []
 
 
