@@ -33,6 +33,26 @@ AU = {"type": "equals", "key": "COUNTRY", "value": "AU"}
         (_and(TAXA, AU, {"type": "equals", "key": "STATE_PROVINCE", "value": " tasmania"}), True),
         # Conditions every species shares narrow the answer, not which species it is for.
         (_and(TAXA, AU, {"type": "greaterThanOrEquals", "key": "YEAR", "value": "1900"}), True),
+        (_and(TAXA, AU, {"type": "equals", "key": "HAS_COORDINATE", "value": "true"}), True),
+        # Keys as the API also takes them.
+        (_and({"type": "equals", "key": "taxonKey", "value": "2435474"}, {**AU, "key": "country"}), True),
+        # A place narrowed another way, or a taxon condition narrower than the search's: not asked.
+        (
+            _and(TAXA, {"type": "within", "geometry": "POLYGON((140 -44,149 -44,149 -39,140 -39,140 -44))"}),
+            False,
+        ),
+        (_and(TAXA, {"type": "equals", "key": "CONTINENT", "value": "OCEANIA"}), False),
+        (
+            _and(
+                TAXA, {"type": "or", "predicates": [AU, {"type": "equals", "key": "COUNTRY", "value": "NZ"}]}
+            ),
+            False,
+        ),
+        (_and({**TAXA, "key": "ACCEPTED_TAXON_KEY"}, AU), False),
+        (
+            _and(TAXA, {"type": "equals", "key": "STATE_PROVINCE", "value": "TASMANIA", "matchCase": True}),
+            False,
+        ),
         # Not asked: another taxon, another area, no taxon at all, an area the query cannot be read for.
         (_and({"type": "equals", "key": "TAXON_KEY", "value": "2433"}, AU), False),
         (_and(TAXA, {"type": "equals", "key": "COUNTRY", "value": "NZ"}), False),
@@ -41,8 +61,12 @@ AU = {"type": "equals", "key": "COUNTRY", "value": "AU"}
         ('{"type":"equals","key":"ELEVATION","value":"9500"}', False),
         # A taxon condition that does not name it: the conjunction leaves it out.
         (_and(TAXA, {"type": "equals", "key": "TAXON_KEY", "value": "2433"}), False),
-        # Read narrowly: an "or" at the top, a query that is not JSON, none at all.
+        # Read narrowly: an "or" at the top, a query that is not JSON or in GBIF's words, none at all.
         (json.dumps({"type": "or", "predicates": [TAXA, AU]}), False),
+        (
+            '{ "and" : [ "TaxonKey is Thylacinus cynocephalus (Harris, 1808)", "Country is Australia" ] }',
+            False,
+        ),
         ("TaxonKey: Thylacinus cynocephalus", False),
         (None, False),
     ],
