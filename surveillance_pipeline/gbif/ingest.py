@@ -212,6 +212,13 @@ def species_sources(indexes: Sequence[DownloadIndex], species: Species) -> Speci
     return SpeciesSources(current, superseded, empty_answers)
 
 
+def downloads_retrieved(sources: SpeciesSources) -> str:
+    """When GBIF made the newest download that answers for the species: the same downloads give the same
+    bytes in a fresh folder. (Compared on a skip too: a snapshot written before this time was taken from
+    the downloads the request names alone could hold another.)"""
+    return max((info.created for info, _ in sources.read() if info.created), default=UNKNOWN_TIME)
+
+
 def records_gone(sources: SpeciesSources) -> int:
     """How many records of the superseded parts no current download holds: a walk over their keys, each
     part sorted by gbifID as its index wrote it (read only when the species loads; memory flat).
@@ -258,11 +265,13 @@ def ingest_species_from_downloads(
         return None
     sources = found.current
     request = download_request(species, found)
+    retrieved = downloads_retrieved(found)
     records_file = records_path(raw_path)
     previous, previous_sha256 = _previous_snapshot(raw_path) or (None, "")
     if (
         previous is not None
         and previous.request == request
+        and previous.retrieved == retrieved
         and previous.records_file == records_file.name
         and records_file.is_file()
         and sha256_file_stamped(records_file, stamps) == previous.records_sha256
@@ -286,9 +295,6 @@ def ingest_species_from_downloads(
             writer.write_lines(merged_species_lines(sources))
             rows = writer.rows
             records_sha256 = writer.commit()
-    # When GBIF made the newest download read: the same downloads give the same bytes in a fresh folder.
-    read = [info for info, _ in found.read()]
-    retrieved = max((info.created for info in read if info.created), default=UNKNOWN_TIME)
     snapshot = RawSnapshot(
         request,
         retrieved,

@@ -27,6 +27,7 @@ from surveillance_pipeline.gbif.download_index import (
 from surveillance_pipeline.gbif.ingest import (
     download_request,
     downloads_reason,
+    downloads_retrieved,
     species_sources,
     stored_snapshot,
 )
@@ -83,6 +84,7 @@ class PlannedDownloads:
         if (
             previous is not None
             and previous.request == request
+            and previous.retrieved == downloads_retrieved(found)
             and previous.records_file == held_records.name
             and held_records.is_file()
         ):

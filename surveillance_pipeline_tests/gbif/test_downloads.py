@@ -477,6 +477,13 @@ def test_a_species_the_newer_download_asked_for_and_lacks_ends_empty_as_in_a_fol
     _keyed_dwca_of(downloads / "november.zip", rows, "0001234-261101000000000", THYLACINE_QUERY)
     dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
     assert _devil_ids(db) == [7001, 7002]
+    # A snapshot of the same request with another time (one written when the time could come from a
+    # download that does not answer for the species) is written again, not kept.
+    raw = data_dir / "raw" / f"{THYLACINE}.json"
+    written = raw.read_bytes()
+    raw.write_text(json.dumps({**json.loads(written), "retrieved": "2026-11-15T00:00:00Z"}), encoding="utf-8")
+    index = index_of(downloads / "november.zip", data_dir, load_registry())
+    assert ingest_species_from_downloads([index], thylacine, raw).written and raw.read_bytes() == written
 
     _keyed_dwca_of(downloads / "december.zip", [], "0002345-261201000000000", THYLACINE_QUERY)
     planned = make_plan(
