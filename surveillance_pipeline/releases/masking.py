@@ -94,6 +94,10 @@ STAGE = "masked_release"
 # 2: displaced along the WGS84 geodesic instead of in EPSG:3577 metres. 3: the seed keyed (SeedKey).
 # 4: each record's draw keyed by its gbifID (RecordDraws), no longer by its place in the species' id order.
 MASKING_VERSION = 4
+# Bump only when a record's draw itself must change: it keys the draws (draw_scope), so a bump gives every
+# reader of two releases two masked points of each record. A change to what is done with the draw (the
+# displacement, the rounding) bumps MASKING_VERSION alone, and each record keeps its draw.
+DRAW_VERSION = 1
 ORDER = "ORDER BY id"
 COLUMNS = ("id", "species", "year", "longitude", "latitude", "license")
 # Released coordinates keep 6 decimals (about 0.1 m), the precision the CSV writes, in both files.
@@ -162,13 +166,13 @@ def _displace(
 
 
 def draw_scope(rules: MaskingRules) -> str:
-    """What a record's draw is keyed by besides its id: the stage, the masking version and the donut.
+    """What a record's draw is keyed by besides its id: the stage, the draw's version and the donut.
 
     Not the release policy, which picks records and moves none; not the species, so a record GBIF moved
     to another species keeps its point. The donut, because two releases of one record with one draw and
     two donuts would share its azimuth and put the true point on the line through both masked points."""
     config = rules.as_config()
-    donut = {"min_m": config["min_m"], "max_m": config["max_m"], "version": MASKING_VERSION}
+    donut = {"draw_version": DRAW_VERSION, "max_m": config["max_m"], "min_m": config["min_m"]}
     return f"{STAGE}|{canonical_json(donut)}"
 
 

@@ -3,9 +3,9 @@
 The sha256s below were first taken from the row-by-row build (rows as tuples, sorted in Python,
 ``csv_export`` and ``geoparquet_export`` via geopandas Points) before it became columnar, and taken again
 from this build when MASKING_VERSION moved to 3 (the seed keyed by the tests' masking key: other draws, the
-key's id in the manifest) and to 4 (each record's draw keyed by its id); the columnar writers still write the
-row writers' bytes (a test below). They move only when a version constant (MASKING_VERSION, EXPORT_FORMAT,
-occurrences') or a pinned library version in the lock moves.
+key's id in the manifest) and to 4 (each record's draw keyed by its id, DRAW_VERSION 1); the columnar
+writers still write the row writers' bytes (a test below). They move only when a version constant
+(MASKING_VERSION, DRAW_VERSION, EXPORT_FORMAT, occurrences') or a pinned library version in the lock moves.
 """
 
 from __future__ import annotations
@@ -62,14 +62,14 @@ CASES = {
 }
 PINNED = {
     "edge": (
-        "517c2f23b5fdfacd310e3a053652346cb5c032df4e76ffcb436b9c198a5f5765",
-        "5345dda1fa2894401bb31a1fcd73d56ad888c26fe2b744aa30991c70c74706ee",
-        "c7272b6f9f6499737e736c85a21101f7f108fcad01e86cbef5ad0d50df1c3d87",
+        "d50472c3a139d1ed2d8c98c3192a0204b3ee21b4c9aedeccbcf6e7113bcc8171",
+        "d8df224d7fbd0f15d00b7e8ed31ee85ab53ee513ec17c03473dcb80265f99bc4",
+        "d3f7354f366a26fba5a5e7de4391d9a95a0da0a5fbf1176dbc18c1e68638fd82",
     ),
     "all-null": (
-        "dcd605551455c7f88f4b38a277c57a8346e5b0c51f678c3d6a353214412ee11d",
-        "7db02b418da3575e03b0e806e1b9bbe501f1253ef11a04895c1b6e275ed1dade",
-        "af634de9bf8d195c300f252002792cf4193c8c36bcf857f50e4d72eaa5cbca22",
+        "6c7bbe1120ef9f8c2f6e8c8866283111c893836dc7422523d7a875d54170e6b3",
+        "6b1bbb53349900c6f8552a6f694848822f3d23a6090d6b3f4b67bf61f6589aaf",
+        "a3d485739df6927ea09a15ca33c98f8781bdd5a583e976a295ebb143e6776109",
     ),
     "no-coord": (
         "4514dfb9969a6ccb372f78c84b8d3c35e8106002fe635e3d066df11a6fcc32ce",
@@ -77,9 +77,9 @@ PINNED = {
         "850766fbfae451a71205bf737daf6f874cba1c607ce4eb3e5349669ba895dec6",
     ),
     "single": (
-        "a177d6fc60b67d8cbe66941d0dc8eafcb9328634f510ff86a2d75cef2166189f",
-        "c5985380e0fd6323a0f4b9f2c316a1ccb8409eed6bc7ce65bcbdc72249fa5ef5",
-        "2e877dd1ee69e21cbcac8992f8979ff453836e168a9532ff909567784ad0ff52",
+        "a991e866971971bab88a3700bc0ee865856eefaa30761d92127546e767bbbac6",
+        "0f7d6565c2c30b9d190fc5d1d04521bc23439ee0211d0c8eded4e353dd33c4ef",
+        "70e6fdad88f49915424e05213d1239b2f66efc64923dd1bb9c6ca7e7c5c35d73",
     ),
     "empty": (
         "3c55ee02c38b7eb96a672554e6d8d0c8e2eaebcdebb528cdbf6819efeb7e6f88",
