@@ -8,7 +8,7 @@ seconds in both runs.
 
 The month-later result is then checked against a fresh warehouse that loaded the month-later download
 alone: every state row (target, partition, job key, rows and the rows' fingerprint) and every file under
-the data folder's releases and exports must be equal.
+the data folder's COMPARED_FOLDERS must be equal.
 
 The floor, in the same invocation: unzip and DuckDB parse of the newer zip (the import limit's own scripts,
 bench/shared/import_limit.py), plus psql applying the same changes (the removed and changed records'
@@ -87,9 +87,14 @@ def _state_rows(url: str) -> dict[str, Any]:
     }
 
 
+# Every folder of files a run writes from the downloads (not memos of file stamps, which name inodes, nor
+# the downloads and their indexes): raw snapshots, derived files, masked releases, exports and figures.
+COMPARED_FOLDERS = ("raw", "derived", "masked_release", "exports", "figures")
+
+
 def _files(data: Path) -> dict[str, str]:
     found = {}
-    for folder in ("releases", "exports"):
+    for folder in COMPARED_FOLDERS:
         for path in sorted((data / folder).rglob("*")):
             if path.is_file():
                 found[str(path.relative_to(data))] = hashlib.sha256(path.read_bytes()).hexdigest()
