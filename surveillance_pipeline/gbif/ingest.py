@@ -214,8 +214,8 @@ def species_sources(indexes: Sequence[DownloadIndex], species: Species) -> Speci
 
 def downloads_retrieved(sources: SpeciesSources) -> str:
     """When GBIF made the newest download that answers for the species: the same downloads give the same
-    bytes in a fresh folder. (Compared on a skip too: a snapshot written before this time was taken from
-    the downloads the request names alone could hold another.)"""
+    bytes in a fresh folder. A skip compares it as it compares the request: a snapshot whose time came
+    from a download that does not answer for the species (as one was once written) is written again."""
     return max((info.created for info, _ in sources.read() if info.created), default=UNKNOWN_TIME)
 
 
