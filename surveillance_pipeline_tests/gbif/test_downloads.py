@@ -365,6 +365,19 @@ def _write_dwca_of(path: Path, rows: list[str], key: str, query: str) -> Path:
     return path
 
 
+def _raw_from_alone(database_url: str, data_dir: Path, zips: list[Path], partition: str) -> Path:
+    """gbif_raw of one partition in a data folder holding only ``zips``, under another Dagster instance:
+    that folder, whose raw snapshots a refresh's must equal."""
+    alone = data_dir.parent / "alone"
+    (alone / "downloads").mkdir(parents=True)
+    for path in zips:
+        shutil.copyfile(path, alone / "downloads" / path.name)
+    with dg.instance_for_test() as other_instance:
+        resources = _download_resources(database_url, alone)
+        dg.materialize([gbif_raw], instance=other_instance, partition_key=partition, resources=resources)
+    return alone
+
+
 def _devil_ids(db) -> list[int]:
     return [row[0] for row in db.execute("SELECT id FROM occurrences ORDER BY id").fetchall()]
 
@@ -405,17 +418,9 @@ def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_re
     assert "superseded" not in request
     again = dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert metadata(again, "gbif_raw")["action"] == "skipped"
-    alone = data_dir.parent / "december-alone"
-    (alone / "downloads").mkdir(parents=True)
-    for kept in ("december.zip", "by-area.zip"):
-        shutil.copyfile(downloads / kept, alone / "downloads" / kept)
-    with dg.instance_for_test() as other_instance:
-        dg.materialize(
-            [gbif_raw],
-            instance=other_instance,
-            partition_key=DEVIL,
-            resources=_download_resources(database_url, alone),
-        )
+    alone = _raw_from_alone(
+        database_url, data_dir, [downloads / "december.zip", downloads / "by-area.zip"], DEVIL
+    )
     assert (alone / "raw" / f"{DEVIL}.json").read_bytes() == (data_dir / "raw" / f"{DEVIL}.json").read_bytes()
 
     # December's taken away: November is the newest of its query again, and 5009 is back.
@@ -440,6 +445,18 @@ THYLACINE_QUERY = (
     '{"type":"and","predicates":[{"type":"equals","key":"COUNTRY","value":"AU"},'
     '{"type":"in","key":"TAXON_KEY","values":["2433","2435474"]}]}'
 )
+
+
+def _plan_reading_downloads(db, resources: dict, species):
+    """make plan for one species as it runs with GBIF_SOURCE=download."""
+    return make_plan(
+        db,
+        resources["paths"],
+        resources["geocoder"],
+        [species],
+        reads_downloads=True,
+        masking_key_id=TEST_SEED_KEY.id,
+    )
 
 
 def _keyed_dwca_of(path: Path, rows: list[str], key: str, query: str) -> Path:
@@ -486,14 +503,7 @@ def test_a_species_the_newer_download_asked_for_and_lacks_ends_empty_as_in_a_fol
     assert ingest_species_from_downloads([index], thylacine, raw).written and raw.read_bytes() == written
 
     _keyed_dwca_of(downloads / "december.zip", [], "0002345-261201000000000", THYLACINE_QUERY)
-    planned = make_plan(
-        db,
-        resources["paths"],
-        resources["geocoder"],
-        [thylacine],
-        reads_downloads=True,
-        masking_key_id=TEST_SEED_KEY.id,
-    ).steps["occurrences"][THYLACINE]
+    planned = _plan_reading_downloads(db, resources, thylacine).steps["occurrences"][THYLACINE]
     run = dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
     assert _devil_ids(db) == []
     assert metadata(run, "gbif_raw")["records_gone"] == 2
@@ -504,16 +514,7 @@ def test_a_species_the_newer_download_asked_for_and_lacks_ends_empty_as_in_a_fol
     assert [(d["key"], d["records"], d["records_sha256"]) for d in snapshot.request["downloads"]] == [
         ("0002345-261201000000000", 0, None)
     ]
-    alone = data_dir.parent / "december-alone"
-    (alone / "downloads").mkdir(parents=True)
-    shutil.copyfile(downloads / "december.zip", alone / "downloads" / "december.zip")
-    with dg.instance_for_test() as other_instance:
-        dg.materialize(
-            [gbif_raw],
-            instance=other_instance,
-            partition_key=THYLACINE,
-            resources=_download_resources(database_url, alone),
-        )
+    alone = _raw_from_alone(database_url, data_dir, [downloads / "december.zip"], THYLACINE)
     assert _raw_files(alone) == _raw_files(data_dir)
 
 
@@ -544,14 +545,7 @@ def test_make_plan_reads_a_newer_download_and_counts_what_occurrences_will_chang
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
 
     def plan():
-        return make_plan(
-            db,
-            resources["paths"],
-            resources["geocoder"],
-            [devil],
-            reads_downloads=True,
-            masking_key_id=TEST_SEED_KEY.id,
-        )
+        return _plan_reading_downloads(db, resources, devil)
 
     unchanged = plan().steps
     assert [unchanged[name][DEVIL] for name in ("gbif_raw", "gbif_derived", "occurrences")] == [SKIPPED] * 3
