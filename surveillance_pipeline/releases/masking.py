@@ -93,7 +93,8 @@ STAGE = "masked_release"
 # Bump when the same input, config and key would give other masked points (the draw or how it is made).
 # 2: displaced along the WGS84 geodesic instead of in EPSG:3577 metres. 3: the seed keyed (SeedKey).
 # 4: each record's draw keyed by its gbifID (RecordDraws), no longer by its place in the species' id order.
-MASKING_VERSION = 4
+# 5: the draws keyed by DRAW_VERSION where 4 keyed them by MASKING_VERSION (other draws, the same method).
+MASKING_VERSION = 5
 # Bump only when a record's draw itself must change: it keys the draws (draw_scope), so a bump gives every
 # reader of two releases two masked points of each record. A change to what is done with the draw (the
 # displacement, the rounding) bumps MASKING_VERSION alone, and each record keeps its draw.
