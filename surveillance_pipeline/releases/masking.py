@@ -96,8 +96,9 @@ STAGE = "masked_release"
 # 5: the draws keyed by DRAW_VERSION where 4 keyed them by MASKING_VERSION (other draws, the same method).
 MASKING_VERSION = 5
 # Bump only when a record's draw itself must change: it keys the draws (draw_scope), so a bump gives every
-# reader of two releases two masked points of each record. A change to what is done with the draw (the
-# displacement, the rounding) bumps MASKING_VERSION alone, and each record keeps its draw.
+# reader of two releases two masked points of each record; bump MASKING_VERSION with it, which the job key
+# holds (this does not), or held releases stay "current" beside other bytes. A change to what is done with
+# the draw (the displacement, the rounding) bumps MASKING_VERSION alone, and each record keeps its draw.
 DRAW_VERSION = 1
 ORDER = "ORDER BY id"
 COLUMNS = ("id", "species", "year", "longitude", "latitude", "license")
