@@ -170,9 +170,10 @@ def refresh_partition(
     partition plainly holds what its last load wrote (no edit noted, its watch intact, its fingerprint
     known), it is called instead of ``replace_rows`` with that fingerprint, the parts it was loaded under
     and the parts it loads now; it applies the records that differ and returns the fingerprint after
-    them (record_delta.py), so the partition ends as ``replace_rows`` would have left it. When it finds
-    the delta too large to pay (or returns None: the input changed in a way no delta follows), it changes
-    nothing and ``replace_rows`` runs.
+    them (record_delta.py), so the partition ends as ``replace_rows`` would have left it. It runs in a
+    savepoint: when it finds the delta too large to pay (or returns None: the input changed in a way no
+    delta follows), all it did is rolled back, its locks and temporary tables with it, and ``replace_rows``
+    runs.
 
     An equal key skips only when the partition still holds its snapshot: no edit noted against it since
     its load, and a watch that could have noted one (else its fingerprint is compared).
@@ -248,7 +249,15 @@ def refresh_partition(
             ):
                 assert previous_parts is not None  # _delta_applies
                 held_fingerprint = Fingerprint(previous_rows, previous_digest or UNKNOWN_DIGEST)
-                delta = apply_changes(conn, held_fingerprint, previous_parts, parts)
+                # In a savepoint, rolled back when the delta does not pay: that releases the locks the
+                # attempt took. Else a delta's temporary table made LIKE a partitioned parent kept a lock
+                # on the parent until COMMIT, and two species reloading at once each waited, at the swap's
+                # DROP of its partition, for the other's lock: a deadlock (a refresh with a fifth of the
+                # records changed, two workers, 2026-12-08).
+                with conn.transaction() as attempt:
+                    delta = apply_changes(conn, held_fingerprint, previous_parts, parts)
+                    if delta is None or delta.fingerprint is None:
+                        raise psycopg.Rollback(attempt)
             if delta is not None and delta.fingerprint is not None:
                 fingerprint = delta.fingerprint
             else:

@@ -234,9 +234,8 @@ def load_occurrences(
         if kept is not None and not lines.ids_unique():
             # A gbifID on two lines: the changed lines alone cannot tell them apart; the full reload
             # refuses the file at the partition's primary key, as it always has.
-            drop_incoming(connection)
             return None
-        delta = apply_record_delta(
+        return apply_record_delta(
             connection,
             target=OCCURRENCES,
             partition_ref=str(species.species_id),
@@ -245,9 +244,6 @@ def load_occurrences(
             share_limit=DELTA_SHARE_LIMIT,
             only_ids=None if kept is None else OCCURRENCE_CANDIDATES,
         )
-        if delta.fingerprint is None:
-            drop_incoming(connection)  # the full reload copies it again
-        return delta
 
     outcome = refresh_partition(
         conn,
@@ -263,12 +259,6 @@ def load_occurrences(
     if outcome.action == LOADED and (outcome.changes is None or not outcome.changes.applied):
         analyze_partition(conn, species.species_id)
     return outcome
-
-
-def drop_incoming(connection: psycopg.Connection) -> None:
-    connection.execute(
-        sql.SQL("DROP TABLE IF EXISTS incoming_occurrences, {}").format(sql.Identifier(OCCURRENCE_CANDIDATES))
-    )
 
 
 def upsert_species(connection: psycopg.Connection, species: Species) -> None:

@@ -305,9 +305,8 @@ def refresh_occurrence_quality(
                 connection, into=sql.Identifier(NEXT_QUALITY), reuse_held=True, held_raw=before.get("raw")
             )
         except TermsNotHeld:
-            connection.execute(load_sql(PACKAGE, "drop_incoming_quality"))
-            return None
-        delta = apply_record_delta(
+            return None  # refresh_partition rolls the attempt back, its temporary tables with it
+        return apply_record_delta(
             connection,
             target=OCCURRENCE_QUALITY,
             partition_ref=str(species.species_id),
@@ -316,10 +315,6 @@ def refresh_occurrence_quality(
             share_limit=DELTA_SHARE_LIMIT,
             only_ids="quality_candidates",
         )
-        if delta.fingerprint is None:
-            # Too large: the full reload that follows makes its own incoming tables.
-            connection.execute(load_sql(PACKAGE, "drop_incoming_quality"))
-        return delta
 
     return refresh_partition(
         conn,

@@ -1,5 +1,8 @@
 """A changed input applied record by record: the partition ends as a full reload of the input leaves it."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -202,3 +205,41 @@ def test_a_config_change_or_an_edit_outside_the_pipeline_reloads_whole(db):
     assert db.execute("SELECT year FROM occurrences WHERE id = 100").fetchone() == (1980,)
     recorded, found = _held(db)
     assert recorded == found
+
+
+def test_two_species_whose_deltas_do_not_pay_reload_at_once_without_a_deadlock(db, database_url, monkeypatch):
+    """A delta found too large is rolled back before the full reload, its locks with it: two species'
+    loads, each past its delta attempt at once (a barrier holds both there), then both swapping their
+    partition, end loaded. Kept until COMMIT, the lock the attempt's table (made LIKE the parent) took on
+    ``occurrences`` made each swap's DROP wait for the other's: PostgreSQL's deadlock error for one."""
+    ensure_state_tables(db)
+    species = (DEVIL_SPECIES, species_by_slug("thylacinus-cynocephalus"))
+    for each in species:
+        load.load_occurrences(db, species=each, derived=_csv(BASE), rules=load.OccurrenceRules(), run_id="r0")
+    moved = _csv({record: _row(record, moved=0.5) for record in BASE})
+    both_tried = threading.Barrier(len(species), timeout=60)
+    tried = load.apply_record_delta
+
+    def tried_then_wait(*args, **kwargs):
+        delta = tried(*args, **kwargs)
+        both_tried.wait()
+        return delta
+
+    monkeypatch.setattr(load, "apply_record_delta", tried_then_wait)
+
+    def reload(each) -> str:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            outcome = load.load_occurrences(
+                conn, species=each, derived=moved, rules=load.OccurrenceRules(), run_id="r1"
+            )
+            assert outcome.changes is not None
+            return outcome.changes.describe()
+
+    with ThreadPoolExecutor(max_workers=len(species)) as pool:
+        described = list(pool.map(reload, species))
+    assert described == ["reloaded: delta too large (0 added, 182 changed, 0 removed of 200)"] * 2
+    for each in species:
+        rows = db.execute(
+            "SELECT count(*) FROM occurrences WHERE species_id = %s AND latitude > -42", [each.species_id]
+        ).fetchone()
+        assert rows == (182,)
