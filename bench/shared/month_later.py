@@ -12,6 +12,8 @@ seed (never Python's ``hash()``, never an unseeded draw):
   kept one's copy with a new gbifID (above every generated one) and its latitude moved by 0.002°.
 
 ``vanished`` names species (slugs) of which every record is gone: GBIF has none of them any more.
+``cached_without(cache, base, species)`` is the base itself without those species, under the base's own key
+and time: a first download in which the month-later one's records of them appear.
 
 So the newer zip holds ``(1 - gone + added)`` of the base's records, in the base's order, and what changed is
 known exactly (``MonthLater`` counts it per species). Deterministic for (base, shares, seed).
@@ -48,6 +50,8 @@ GBIF_ID = COLUMNS.index("gbifID")
 LATITUDE = COLUMNS.index("decimalLatitude")
 UNCERTAINTY = COLUMNS.index("coordinateUncertaintyInMeters")
 LINES_PER_BLOCK = 20_000
+# The shares of a month's changes (a month of a real query's changes, as the issue describes them).
+EDITED, GONE, ADDED = 0.0075, 0.0025, 0.0025
 
 
 @dataclass(frozen=True)
@@ -94,15 +98,17 @@ def write_month_later(
     base: GeneratedDownload,
     path: Path,
     *,
-    edited: float = 0.0075,
-    gone: float = 0.0025,
-    added: float = 0.0025,
+    edited: float = EDITED,
+    gone: float = GONE,
+    added: float = ADDED,
     seed: int = 1,
     vanished: tuple[str, ...] = (),
+    identity: tuple[str, str] | None = None,
 ) -> MonthLater:
-    """Write the month-later zip of ``base`` to ``path`` (replaced atomically)."""
+    """Write the month-later zip of ``base`` to ``path`` (replaced atomically); ``identity``: its key and
+    DOI, when not a month later's (the base's own: the same download with records taken out)."""
     started = time.perf_counter()
-    key, doi = month_later_identity(base.key, seed)
+    key, doi = identity or month_later_identity(base.key, seed)
     slugs = {species.scientific_name: species.slug for species in load_registry()}
     counts: dict[str, Counter[str]] = {"edited": Counter(), "gone": Counter(), "added": Counter()}
     records = 0
@@ -153,7 +159,7 @@ def write_month_later(
             if name == "occurrence.txt":
                 continue
             text = source_zip.read(name).decode("utf-8")
-            if name == "metadata.xml":
+            if name == "metadata.xml" and key != base.key:
                 text = _newer_metadata(text, base, key, doi)
             else:
                 text = text.replace(base.key, key).replace(base.doi, doi)
@@ -183,10 +189,20 @@ def _newer_metadata(text: str, base: GeneratedDownload, key: str, doi: str) -> s
 
 
 def cached_month_later(
-    cache: Path, base: GeneratedDownload, seed: int = 1, vanished: tuple[str, ...] = (), **shares: float
+    cache: Path,
+    base: GeneratedDownload,
+    seed: int = 1,
+    vanished: tuple[str, ...] = (),
+    *,
+    edited: float | None = None,
+    gone: float | None = None,
+    added: float | None = None,
 ) -> MonthLater:
-    """The month-later zip of ``base`` under ``cache``, written only when missing."""
-    label = "-".join(f"{name}{value}" for name, value in sorted(shares.items())) or "default"
+    """The month-later zip of ``base`` under ``cache``, written only when missing; a share not given is
+    write_month_later's default."""
+    given = {"added": added, "edited": edited, "gone": gone}
+    shares = {name: value for name, value in given.items() if value is not None}
+    label = "-".join(f"{name}{value}" for name, value in shares.items()) or "default"
     if vanished:
         label += "-vanished-" + "+".join(vanished)
     folder = cache / f"r{base.records}-s{base.seed}-v{base.version}-later{seed}-{label}"
@@ -196,6 +212,36 @@ def cached_month_later(
         if later.path.exists():
             return later
     key, _ = month_later_identity(base.key, seed)
-    later = write_month_later(base, folder / f"{key}.zip", seed=seed, vanished=vanished, **shares)
+    later = write_month_later(
+        base,
+        folder / f"{key}.zip",
+        seed=seed,
+        vanished=vanished,
+        edited=EDITED if edited is None else edited,
+        gone=GONE if gone is None else gone,
+        added=ADDED if added is None else added,
+    )
     sidecar.write_text(json.dumps(later.as_dict(), indent=1) + "\n", encoding="utf-8")
     return later
+
+
+def cached_without(cache: Path, base: GeneratedDownload, species: tuple[str, ...]) -> MonthLater:
+    """``base`` without every record of ``species`` (slugs), under its own key, DOI and creation time; kept
+    under ``cache``, written only when missing. Its ``gone`` counts what was taken out."""
+    folder = cache / f"r{base.records}-s{base.seed}-v{base.version}-without-{'+'.join(species)}"
+    sidecar = folder / "month_later.json"
+    if sidecar.exists():
+        without = MonthLater.from_dict(json.loads(sidecar.read_text(encoding="utf-8")))
+        if without.path.exists():
+            return without
+    without = write_month_later(
+        base,
+        folder / base.path.name,
+        edited=0.0,
+        gone=0.0,
+        added=0.0,
+        vanished=species,
+        identity=(base.key, base.doi),
+    )
+    sidecar.write_text(json.dumps(without.as_dict(), indent=1) + "\n", encoding="utf-8")
+    return without
