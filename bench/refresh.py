@@ -209,11 +209,15 @@ VANISHED = ("thylacinus-cynocephalus", "dasyurus-maculatus")
 APPEARED = ("sus-scrofa", "isoodon-obesulus")
 
 
-def measure_size(server_url: str, work: Path, cache: Path, records: int) -> dict[str, Any]:
+def measure_size(
+    server_url: str, work: Path, cache: Path, records: int, shares: tuple[float, ...] | None = None
+) -> dict[str, Any]:
+    """``shares``: the month-later download's shares of records edited, gone and new (None: a month's)."""
     rss_cap_kb = int(RSS_CAP_GB * GB)
     base, _ = cached_dwca(cache, records, 1)
     first_download = cached_without(cache, base, APPEARED)
-    later = cached_month_later(cache, base, vanished=VANISHED)
+    edited, gone, added = shares or (None, None, None)
+    later = cached_month_later(cache, base, vanished=VANISHED, edited=edited, gone=gone, added=added)
     result: dict[str, Any] = {
         "records": records,
         "first_download": {"records": first_download.records, "appeared": list(APPEARED)},
@@ -384,15 +388,19 @@ def markdown(section: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_only(server_url: str, out: Path, cache: Path, sizes: list[int]) -> int:
+def run_only(
+    server_url: str, out: Path, cache: Path, sizes: list[int], shares: tuple[float, ...] | None = None
+) -> int:
     """``--only-refresh``: the section alone; bench/results/refresh.md and .json."""
+    if shares is not None and (len(shares) != 3 or not all(0 <= share < 1 for share in shares)):
+        raise SystemExit(f"--refresh-shares: three shares in [0, 1) (edited, gone, new), got {shares}")
     section: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_before": [round(x, 2) for x in os.getloadavg()],
     }
     with tempfile.TemporaryDirectory(prefix="surveillance-bench-refresh-") as folder:
         section["sizes"] = [
-            measure_size(server_url, Path(folder), cache, records) for records in sorted(set(sizes))
+            measure_size(server_url, Path(folder), cache, records, shares) for records in sorted(set(sizes))
         ]
     section["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(write_section(out, "refresh", section, markdown(section)))

@@ -169,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         "--refresh-sizes", type=lambda t: [int(s) for s in t.split(",") if s.strip()], default=[1_000_000]
     )
     parser.add_argument(
+        "--refresh-shares",
+        type=lambda t: tuple(float(s) for s in t.split(",")),
+        default=None,
+        help="the month-later download's shares of records edited, gone and new, e.g. 0.2,0.05,0.05 "
+        "(default 0.0075,0.0025,0.0025)",
+    )
+    parser.add_argument(
         "--at-size-sizes",
         type=lambda t: [int(s) for s in t.split(",") if s.strip()],
         default=list(AT_SIZE_SIZES),
@@ -196,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench import refresh
 
         return refresh.run_only(
-            server_url, args.out, args.whole_run_cache or args.out / "out", args.refresh_sizes
+            server_url,
+            args.out,
+            args.whole_run_cache or args.out / "out",
+            args.refresh_sizes,
+            args.refresh_shares,
         )
     if args.only_downloads:
         return run_downloads_only(args, server_url)
