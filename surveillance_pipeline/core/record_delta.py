@@ -38,23 +38,31 @@ class RecordChanges:
     removed: int
     rows: int
     applied: bool = True
+    # Set when the delta was given up before its rows were compared: how many of the ``rows`` records it
+    # found might differ (the work a delta does), past the share where it pays; the three counts are then 0.
+    may_differ: int | None = None
 
     @property
     def total(self) -> int:
         return self.added + self.changed + self.removed
 
     def describe(self) -> str:
+        if self.may_differ is not None:
+            return f"reloaded: delta too large ({self.may_differ:,} of {self.rows:,} records may differ)"
         counts = f"{self.added:,} added, {self.changed:,} changed, {self.removed:,} removed of {self.rows:,}"
         return counts if self.applied else f"reloaded: delta too large ({counts})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        said: dict[str, Any] = {
             "added": self.added,
             "changed": self.changed,
             "removed": self.removed,
             "rows": self.rows,
             "applied": self.applied,
         }
+        if self.may_differ is not None:
+            said["may_differ"] = self.may_differ
+        return said
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,17 @@ class Delta:
 
     changes: RecordChanges
     fingerprint: Fingerprint | None
+
+
+def too_large(changes: int, rows: int, held_rows: int, share_limit: float) -> bool:
+    """Whether ``changes`` records are past the share of the partition (the larger of its rows before and
+    after) where a delta stops paying."""
+    return changes > share_limit * max(rows, held_rows, 1)
+
+
+def given_up(may_differ: int, held: Fingerprint) -> Delta:
+    """A delta given up before comparing rows: ``may_differ`` of the held records might differ, too many."""
+    return Delta(RecordChanges(0, 0, 0, held.rows, applied=False, may_differ=may_differ), None)
 
 
 def apply_record_delta(
@@ -106,7 +125,7 @@ def apply_record_delta(
     added, changed, removed, rows = (int(value) for value in counted)
     if only_ids is not None:
         rows = held.rows + added - removed  # next_table holds the rows of only_ids
-    if added + changed + removed > share_limit * max(rows, held.rows, 1):
+    if too_large(added + changed + removed, rows, held.rows, share_limit):
         conn.execute(load_sql(CORE, "drop_record_changes").format(**names))
         return Delta(RecordChanges(added, changed, removed, rows, applied=False), None)
     gone = conn.execute(load_sql(CORE, "delete_changed_records").format(**names), params).fetchone()

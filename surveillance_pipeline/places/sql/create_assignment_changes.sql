@@ -1,9 +1,12 @@
 -- The records of a species whose assignment may differ from the one {held} keeps for it: a region
 -- depends on the point alone (the layer the same), so these are the records whose point (their own, else
 -- their geocoded one) differs from the point kept with their assignment, the records with a point that
--- have none kept, and the kept ones whose record is gone or has no point any more.
+-- have none kept, and the kept ones whose record is gone or has no point any more. Each such record's
+-- row is added, removed or changed (every point gets a row, and the point is part of the row), so
+-- `change` counts what the delta will find before any point is assigned.
 CREATE TEMPORARY TABLE assignment_changes ON COMMIT DROP AS
-SELECT coalesce(now.id, held.id) AS id
+SELECT coalesce(now.id, held.id) AS id,
+       CASE WHEN held.id IS NULL THEN 'added' WHEN now.id IS NULL THEN 'removed' ELSE 'changed' END AS change
 FROM (
     SELECT o.id,
            CASE WHEN o.geom IS NOT NULL THEN 'record' ELSE 'geocoded' END AS point_source,
