@@ -23,7 +23,7 @@ from surveillance_pipeline.core.errors import InputError, StaleInputError
 from surveillance_pipeline.core.fingerprints import Fingerprint
 from surveillance_pipeline.core.keys import JobKeyParts, canonical_json, sha256_hex
 from surveillance_pipeline.core.partition_files import read_memo, replace_file
-from surveillance_pipeline.core.record_delta import Delta, apply_record_delta
+from surveillance_pipeline.core.record_delta import Delta, apply_record_delta, given_up
 from surveillance_pipeline.core.refresh import (
     NOTHING_CHANGED,
     SKIPPED,
@@ -103,6 +103,15 @@ class QualityMemos:
     site_sums: Path
     term_lines: Path
     trusted: bool = True
+
+
+class TooManyCandidates(Exception):
+    """A delta found more records whose rows may differ than pay to make again (``count``): given up before
+    their rows are made, the species' flags reload whole."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
 
 
 class TermsNotHeld(Exception):
@@ -300,12 +309,22 @@ def refresh_occurrence_quality(
         connection.execute(
             load_sql(PACKAGE, "create_next_quality").format(table=sql.Identifier(OCCURRENCE_QUALITY.name))
         )
+        # Past this many candidates the delta would cost more than a reload: decided before their rows are
+        # made (with 70% of a 1M download's records changed, a delta found too large only after them made
+        # the step 64.9 s against a first load's 41.9 s; 2026-12-08 at 52bbcac).
+        most = int(DELTA_SHARE_LIMIT * max(held_rows.rows, 1))
         try:
             insert_rows(
-                connection, into=sql.Identifier(NEXT_QUALITY), reuse_held=True, held_raw=before.get("raw")
+                connection,
+                into=sql.Identifier(NEXT_QUALITY),
+                reuse_held=True,
+                held_raw=before.get("raw"),
+                most_candidates=most,
             )
         except TermsNotHeld:
             return None  # refresh_partition rolls the attempt back, its temporary tables with it
+        except TooManyCandidates as past:
+            return given_up(past.count, held_rows)
         return apply_record_delta(
             connection,
             target=OCCURRENCE_QUALITY,
@@ -341,6 +360,7 @@ def insert_quality_rows(
     reuse_held: bool = False,
     held_raw: str | None = None,
     memos: QualityMemos | None = None,
+    most_candidates: int | None = None,
 ) -> int:
     """The species' quality rows into ``into`` (occurrence_quality, or a delta's temporary table); with
     ``reuse_held`` (a delta), only the rows of the records in quality_candidates, a table this makes of
@@ -349,7 +369,8 @@ def insert_quality_rows(
 
     A delta whose ``memos`` keep the lines of ``held_raw`` (the raw snapshot the held rows were made from,
     core/line_digests.py) copies in only the records whose line changed, and takes every other record's terms
-    from its held row; TermsNotHeld when a record occurrences keeps has neither (its caller reloads)."""
+    from its held row; TermsNotHeld when a record occurrences keeps has neither (its caller reloads);
+    TooManyCandidates when the records whose row may differ are more than ``most_candidates``."""
     # Imported here: loading the definitions must not import numpy (test_lazy_modules.py).
     from surveillance_pipeline.core.line_digests import (
         RECORDS_FILE_LINES,
@@ -422,6 +443,10 @@ def insert_quality_rows(
         )
         if terms_from_held and connection.execute(load_sql(PACKAGE, "select_terms_not_held")).fetchone():
             raise TermsNotHeld(species.slug)
+        counted = connection.execute(load_sql(PACKAGE, "select_quality_candidate_count")).fetchone()
+        assert counted is not None
+        if most_candidates is not None and int(counted[0]) > most_candidates:
+            raise TooManyCandidates(int(counted[0]))
         connection.execute("ANALYZE quality_candidates")
         records_made = CANDIDATES_ONLY
     statement = load_sql(PACKAGE, "insert_occurrence_quality").format(

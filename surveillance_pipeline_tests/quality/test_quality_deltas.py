@@ -131,7 +131,8 @@ def _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir, monk
         db, species=marine, raw_path=raw, rules=rules, layers=layers, run_id="r2"
     )
     assert later.changes is not None and later.changes.applied and later.changes.total == 0
-    # Past its share limit the delta gives way to a full reload in the same transaction, to the same rows.
+    # Past its share limit the delta gives way to a full reload in the same transaction, to the same rows:
+    # given up once it counted the records whose rows it would make, before making them.
     rows = rows_md5(db, "occurrence_quality")
     snapshot["retrieved"] = "2027-02-01T00:00:00Z"
     raw.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -142,7 +143,7 @@ def _flags_made_under_another_habitat_are_no_base_for_a_delta(db, data_dir, monk
     assert whole.changes is not None and not whole.changes.applied
     assert (whole.action, whole.changes.describe()) == (
         "loaded",
-        f"reloaded: delta too large (0 added, 0 changed, 0 removed of {whole.rows:,})",
+        f"reloaded: delta too large (0 of {whole.rows:,} records may differ)",
     )
     assert rows_md5(db, "occurrence_quality") == rows
 
