@@ -41,6 +41,7 @@ from surveillance_pipeline.core.record_delta import RecordChanges, change_counts
 from surveillance_pipeline.core.refresh import WHOLE_TARGET, last_loaded_parts, last_recorded_output
 from surveillance_pipeline.core.settings import RELEASE_MASKING_KEY_VARIABLE
 from surveillance_pipeline.core.targets import WHOLE_TARGET_REF, Target
+from surveillance_pipeline.gbif.ingest import stored_snapshot
 from surveillance_pipeline.gbif.registry import Species, load_registry
 from surveillance_pipeline.geocoding.service import ledger_key
 from surveillance_pipeline.ledger.batches import applied_checksums
@@ -144,6 +145,12 @@ SKIPPED = Step(SKIP, "nothing changed", False)
 # No delivery of the devil's yet (a registry without the devil): devil_snapshot loads nothing.
 NO_DELIVERY = "no delivery yet"
 ASKS_GBIF = Step(SKIP, "asks GBIF at run time: loads only if its answer changed", False)
+
+
+def _held_request(raw: Path) -> dict[str, Any] | None:
+    """The request the species' stored raw snapshot answers; None when it cannot be read."""
+    held = stored_snapshot(raw)
+    return held.request if held is not None else None
 
 
 @dataclass
@@ -343,6 +350,10 @@ class Planner:
         elif planned is not None:
             # Read from the downloads at hand: the plan knows the answer the run will take.
             raw_step = add("gbif_raw", slug, Step(LOAD, planned.reason, True) if planned.reason else SKIPPED)
+        elif _held_request(raw) != species.request():
+            # Searched now, its snapshot holding another request's answer (a download's, when no download
+            # holds the species any more): the run writes a new snapshot whatever the answer.
+            raw_step = add("gbif_raw", slug, Step(LOAD, "request changed", True))
         else:
             raw_step = add("gbif_raw", slug, ASKS_GBIF)
 

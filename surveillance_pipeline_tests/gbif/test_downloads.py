@@ -436,6 +436,9 @@ def test_a_newer_download_of_the_same_query_supersedes_the_older_and_its_gone_re
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert _devil_ids(db) == [5001]
     _write_dwca_of(downloads / "february.zip", [DEVIL_ROWS[3]], "0003457-270201000000000", taxon)
+    # Searched now, over a snapshot of a download's answer: the plan knows the run writes a new one.
+    planned = _plan_reading_downloads(db, resources, DEVIL_SPECIES).steps["gbif_raw"][DEVIL]
+    assert (planned.action, planned.reason) == ("load", "request changed")
     dg.materialize(SPINE, instance=instance, partition_key=DEVIL, resources=resources)
     assert read_raw_snapshot(data_dir / "raw" / f"{DEVIL}.json").request == DEVIL_SPECIES.request()
     assert len(_devil_ids(db)) == DEVIL_SPECIES.lab_records
@@ -445,6 +448,12 @@ THYLACINE_QUERY = (
     '{"type":"and","predicates":[{"type":"equals","key":"COUNTRY","value":"AU"},'
     '{"type":"in","key":"TAXON_KEY","values":["2433","2435474"]}]}'
 )
+
+
+THYLACINE_ROWS = [
+    "146.6\tDerwent Valley\tCC0_1_0\t7001\tThylacinus cynocephalus\t-42.6\t1930\t\t2435474\n",
+    "145.8\tWaratah\tCC0_1_0\t7002\tThylacinus cynocephalus\t-41.4\t1933\t\t2435474\n",
+]
 
 
 def _plan_reading_downloads(db, resources: dict, species):
@@ -487,11 +496,7 @@ def test_a_species_the_newer_download_asked_for_and_lacks_ends_empty_as_in_a_fol
     resources = _download_resources(database_url, data_dir)
     downloads = data_dir / "downloads"
     thylacine = species_by_slug(THYLACINE)
-    rows = [
-        "146.6\tDerwent Valley\tCC0_1_0\t7001\tThylacinus cynocephalus\t-42.6\t1930\t\t2435474\n",
-        "145.8\tWaratah\tCC0_1_0\t7002\tThylacinus cynocephalus\t-41.4\t1933\t\t2435474\n",
-    ]
-    _keyed_dwca_of(downloads / "november.zip", rows, "0001234-261101000000000", THYLACINE_QUERY)
+    _keyed_dwca_of(downloads / "november.zip", THYLACINE_ROWS, "0001234-261101000000000", THYLACINE_QUERY)
     dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
     assert _devil_ids(db) == [7001, 7002]
     # A snapshot of the same request with another time (one written when the time could come from a
@@ -514,6 +519,32 @@ def test_a_species_the_newer_download_asked_for_and_lacks_ends_empty_as_in_a_fol
     assert [(d["key"], d["records"], d["records_sha256"]) for d in snapshot.request["downloads"]] == [
         ("0002345-261201000000000", 0, None)
     ]
+    alone = _raw_from_alone(database_url, data_dir, [downloads / "december.zip"], THYLACINE)
+    assert _raw_files(alone) == _raw_files(data_dir)
+
+
+@pytest.mark.db
+@pytest.mark.dagster
+def test_a_species_the_older_download_asked_for_and_lacked_appears_from_the_newer_as_in_a_folder_alone(
+    db, database_url, data_dir, instance
+):
+    """The other way round: the query asks for the thylacine and the older download holds none of it (its
+    partition empty, not searched); the newer download of the query holds two records: they load, and the
+    raw snapshot is the one a folder holding the newer download alone gives."""
+    resources = _download_resources(database_url, data_dir)
+    downloads = data_dir / "downloads"
+    _keyed_dwca_of(downloads / "november.zip", [], "0001234-261101000000000", THYLACINE_QUERY)
+    dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
+    assert _devil_ids(db) == []
+    _keyed_dwca_of(downloads / "december.zip", THYLACINE_ROWS, "0002345-261201000000000", THYLACINE_QUERY)
+    run = dg.materialize(SPINE, instance=instance, partition_key=THYLACINE, resources=resources)
+    assert _devil_ids(db) == [7001, 7002]
+    assert metadata(run, "gbif_raw")["reason"] == "request changed"
+    snapshot = read_raw_snapshot(data_dir / "raw" / f"{THYLACINE}.json")
+    assert [(d["key"], d["records"]) for d in snapshot.request["downloads"]] == [
+        ("0002345-261201000000000", 2)
+    ]
+    assert metadata(run, "occurrences")["action"] == "loaded"
     alone = _raw_from_alone(database_url, data_dir, [downloads / "december.zip"], THYLACINE)
     assert _raw_files(alone) == _raw_files(data_dir)
 
