@@ -187,6 +187,39 @@ def test_a_delta_too_large_to_pay_reloads_whole_and_says_so(db):
     assert (table_md5(db, DEVIL_SPECIES.species_id), state_row(db), _held(db)) == by_reload
 
 
+def test_a_delta_from_the_kept_lines_found_too_large_is_counted_before_its_rows_are_made(
+    db, tmp_path, monkeypatch
+):
+    """With the kept lines, a delta past the limit is counted from the changed lines alone, no row made
+    (apply_record_delta not reached), to the counts and rows the comparison of rows gives: under a license
+    filter too, where a changed line takes a record out of the kept rows or into them."""
+    ensure_state_tables(db)
+    rules = load.OccurrenceRules(licenses=("CC0 1.0", "CC BY 4.0"))
+    moved = {record: _row(record, moved=0.5 if record <= 80 else 0.0) for record in BASE}
+    for record in (91, 93, 94):  # CC BY 4.0 or CC0 1.0 before: out of the kept rows now
+        moved[record] = _row(record).replace(LICENSES[record % 3], "CC BY-NC 4.0")
+    for record in (92, 98):  # CC BY-NC 4.0 before (not kept): into them now
+        moved[record] = _row(record).replace("CC BY-NC 4.0", "CC0 1.0")
+    del moved[100]
+    memo = tmp_path / "lines.bin"
+
+    def compared_rows(*args, **kwargs):
+        raise AssertionError("the delta made and compared its rows")
+
+    described = []
+    for kept_lines in (memo, None):
+        _load(db, _csv(BASE), "r0", rules, kept_lines=kept_lines)
+        with monkeypatch.context() as patched:
+            if kept_lines is not None:
+                patched.setattr(load, "apply_record_delta", compared_rows)
+            outcome = _load(db, _csv(moved), "r1", rules, kept_lines=kept_lines)
+        assert outcome.changes is not None and not outcome.changes.applied
+        described.append((outcome.changes.describe(), table_md5(db, DEVIL_SPECIES.species_id), _held(db)))
+        db.execute("DELETE FROM target_state WHERE target = 'occurrences' AND partition_key = %s", [DEVIL])
+    assert described[0] == described[1]
+    assert described[0][0] == "reloaded: delta too large (2 added, 49 changed, 4 removed of 137)"
+
+
 def test_a_config_change_or_an_edit_outside_the_pipeline_reloads_whole(db):
     ensure_state_tables(db)
     _load(db, _csv(BASE), "r0")
