@@ -29,6 +29,7 @@ import re
 import time
 import zipfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,42 +207,46 @@ def cached_month_later(
     if vanished:
         label += "-vanished-" + "+".join(vanished)
     folder = cache / f"r{base.records}-s{base.seed}-v{base.version}-later{seed}-{label}"
+    key, _ = month_later_identity(base.key, seed)
+    return _cached(
+        folder,
+        lambda: write_month_later(
+            base,
+            folder / f"{key}.zip",
+            seed=seed,
+            vanished=vanished,
+            edited=EDITED if edited is None else edited,
+            gone=GONE if gone is None else gone,
+            added=ADDED if added is None else added,
+        ),
+    )
+
+
+def _cached(folder: Path, write: Callable[[], MonthLater]) -> MonthLater:
+    """The zip ``folder``'s sidecar describes, when it is there; else ``write`` it and keep the sidecar."""
     sidecar = folder / "month_later.json"
     if sidecar.exists():
-        later = MonthLater.from_dict(json.loads(sidecar.read_text(encoding="utf-8")))
-        if later.path.exists():
-            return later
-    key, _ = month_later_identity(base.key, seed)
-    later = write_month_later(
-        base,
-        folder / f"{key}.zip",
-        seed=seed,
-        vanished=vanished,
-        edited=EDITED if edited is None else edited,
-        gone=GONE if gone is None else gone,
-        added=ADDED if added is None else added,
-    )
-    sidecar.write_text(json.dumps(later.as_dict(), indent=1) + "\n", encoding="utf-8")
-    return later
+        kept = MonthLater.from_dict(json.loads(sidecar.read_text(encoding="utf-8")))
+        if kept.path.exists():
+            return kept
+    written = write()
+    sidecar.write_text(json.dumps(written.as_dict(), indent=1) + "\n", encoding="utf-8")
+    return written
 
 
 def cached_without(cache: Path, base: GeneratedDownload, species: tuple[str, ...]) -> MonthLater:
     """``base`` without every record of ``species`` (slugs), under its own key, DOI and creation time; kept
     under ``cache``, written only when missing. Its ``gone`` counts what was taken out."""
     folder = cache / f"r{base.records}-s{base.seed}-v{base.version}-without-{'+'.join(species)}"
-    sidecar = folder / "month_later.json"
-    if sidecar.exists():
-        without = MonthLater.from_dict(json.loads(sidecar.read_text(encoding="utf-8")))
-        if without.path.exists():
-            return without
-    without = write_month_later(
-        base,
-        folder / base.path.name,
-        edited=0.0,
-        gone=0.0,
-        added=0.0,
-        vanished=species,
-        identity=(base.key, base.doi),
+    return _cached(
+        folder,
+        lambda: write_month_later(
+            base,
+            folder / base.path.name,
+            edited=0.0,
+            gone=0.0,
+            added=0.0,
+            vanished=species,
+            identity=(base.key, base.doi),
+        ),
     )
-    sidecar.write_text(json.dumps(without.as_dict(), indent=1) + "\n", encoding="utf-8")
-    return without
