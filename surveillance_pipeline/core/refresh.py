@@ -253,7 +253,7 @@ def refresh_partition(
                 # attempt took. Else a delta's temporary table made LIKE a partitioned parent kept a lock
                 # on the parent until COMMIT, and two species reloading at once each waited, at the swap's
                 # DROP of its partition, for the other's lock: a deadlock (a refresh with a fifth of the
-                # records changed, two workers, 2026-12-08).
+                # records changed, two partition threads of one step, 2026-12-08).
                 with conn.transaction() as attempt:
                     delta = apply_changes(conn, held_fingerprint, previous_parts, parts)
                     if delta is None or delta.fingerprint is None:
